@@ -1,0 +1,222 @@
+//! The description of one perf event: what `perf_event_attr` holds that a
+//! user cares about, built with `&mut self` setters so one description can be
+//! opened on many threads or CPUs.
+
+use std::ffi::CString;
+
+use perf_event_open_sys::bindings as b;
+use serde::Serialize;
+
+use crate::sys::perf_event_attr;
+
+/// Privilege domains an event counts in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Domain {
+    /// Count while the CPU runs user code.
+    pub user: bool,
+    /// Count while it runs kernel code.
+    pub kernel: bool,
+    /// Count while it runs the hypervisor.
+    pub hypervisor: bool,
+}
+
+impl Domain {
+    /// User space only: what an unprivileged user may count at paranoid 2.
+    pub const USER: Domain = Domain { user: true, kernel: false, hypervisor: false };
+    /// Kernel only.
+    pub const KERNEL: Domain = Domain { user: false, kernel: true, hypervisor: false };
+    /// Hypervisor only.
+    pub const HYPERVISOR: Domain = Domain { user: false, kernel: false, hypervisor: true };
+    /// Everything.
+    pub const ALL: Domain = Domain { user: true, kernel: true, hypervisor: true };
+}
+
+/// The PMU-independent kind of an event, used for messages and defaults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// `PERF_TYPE_HARDWARE` and `PERF_TYPE_HW_CACHE`, raw and core-PMU events.
+    Hardware,
+    /// `PERF_TYPE_SOFTWARE`.
+    Software,
+    /// `PERF_TYPE_TRACEPOINT`.
+    Tracepoint,
+    /// `PERF_TYPE_BREAKPOINT`.
+    Breakpoint,
+    /// A dynamic PMU other than the core one (msr, uprobe, uncore…).
+    Dynamic,
+}
+
+/// A perf event description. Defaults: disabled at open (enable explicitly),
+/// domain user only, no inherit, not pinned, not exclusive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventAttr {
+    name: String,
+    kind: Kind,
+    type_: u32,
+    config: u64,
+    config1: u64,
+    config2: u64,
+    bp_type: u32,
+    domain: Domain,
+    inherit: bool,
+    pinned: bool,
+    exclusive: bool,
+    /// The string a uprobe's config1 points to, kept alive with the description.
+    uprobe_path: Option<CString>,
+}
+
+impl EventAttr {
+    /// A description of event `config` of PMU `type_`, named `name` in messages.
+    pub fn new(name: impl Into<String>, kind: Kind, type_: u32, config: u64) -> Self {
+        EventAttr {
+            name: name.into(),
+            kind,
+            type_,
+            config,
+            config1: 0,
+            config2: 0,
+            bp_type: 0,
+            domain: Domain::USER,
+            inherit: false,
+            pinned: false,
+            exclusive: false,
+            uprobe_path: None,
+        }
+    }
+
+    /// Renames the event (the name used in errors and reports).
+    pub fn name_as(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = name.into();
+        self
+    }
+    /// Sets `config1` (also `bp_addr` for breakpoints).
+    pub fn config1(&mut self, v: u64) -> &mut Self {
+        self.config1 = v;
+        self
+    }
+    /// Sets `config2` (also `bp_len` for breakpoints, the file offset for uprobes).
+    pub fn config2(&mut self, v: u64) -> &mut Self {
+        self.config2 = v;
+        self
+    }
+    /// Replaces `config`.
+    pub fn config(&mut self, v: u64) -> &mut Self {
+        self.config = v;
+        self
+    }
+    /// Sets the breakpoint type (`HW_BREAKPOINT_R`/`W`/`X`).
+    pub fn bp_type(&mut self, v: u32) -> &mut Self {
+        self.bp_type = v;
+        self
+    }
+    /// Sets the counting domain.
+    pub fn domain(&mut self, d: Domain) -> &mut Self {
+        self.domain = d;
+        self
+    }
+    /// Counts children created after the event is opened.
+    pub fn inherit(&mut self, on: bool) -> &mut Self {
+        self.inherit = on;
+        self
+    }
+    /// Keeps the event (or group leader) always on the PMU, or in error state.
+    pub fn pinned(&mut self, on: bool) -> &mut Self {
+        self.pinned = on;
+        self
+    }
+    /// Asks for the PMU to itself while the group is scheduled.
+    pub fn exclusive(&mut self, on: bool) -> &mut Self {
+        self.exclusive = on;
+        self
+    }
+    /// Points config1 at a path for the uprobe PMU; the string lives with `self`.
+    pub fn uprobe_path(&mut self, path: CString) -> &mut Self {
+        self.uprobe_path = Some(path);
+        self
+    }
+
+    /// The name used in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The kind of event.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+    /// The PMU type number.
+    pub fn type_(&self) -> u32 {
+        self.type_
+    }
+    /// `config`.
+    pub fn config_value(&self) -> u64 {
+        self.config
+    }
+    /// `config1`, as it will be opened (the uprobe path pointer is not shown).
+    pub fn config1_value(&self) -> u64 {
+        self.config1
+    }
+    /// `config2`.
+    pub fn config2_value(&self) -> u64 {
+        self.config2
+    }
+    /// The breakpoint type.
+    pub fn bp_type_value(&self) -> u32 {
+        self.bp_type
+    }
+    /// The counting domain.
+    pub fn domain_value(&self) -> Domain {
+        self.domain
+    }
+    /// Whether children are counted.
+    pub fn inherit_value(&self) -> bool {
+        self.inherit
+    }
+    /// Whether the event is pinned.
+    pub fn pinned_value(&self) -> bool {
+        self.pinned
+    }
+    /// Whether the event is exclusive.
+    pub fn exclusive_value(&self) -> bool {
+        self.exclusive
+    }
+    /// The uprobe path, if this is a uprobe.
+    pub fn uprobe_path_value(&self) -> Option<&CString> {
+        self.uprobe_path.as_ref()
+    }
+
+    /// The kernel struct for this description. Disabled at open; the caller
+    /// adds `read_format` and sampling fields.
+    pub fn to_raw(&self) -> perf_event_attr {
+        let mut a = perf_event_attr {
+            type_: self.type_,
+            size: std::mem::size_of::<perf_event_attr>() as u32,
+            config: self.config,
+            ..Default::default()
+        };
+        a.bp_type = self.bp_type;
+        let config1 = match &self.uprobe_path {
+            Some(p) => p.as_ptr() as u64,
+            None => self.config1,
+        };
+        a.__bindgen_anon_3.config1 = config1;
+        a.__bindgen_anon_4.config2 = self.config2;
+        a.set_disabled(1);
+        a.set_exclude_user(u64::from(!self.domain.user));
+        a.set_exclude_kernel(u64::from(!self.domain.kernel));
+        a.set_exclude_hv(u64::from(!self.domain.hypervisor));
+        a.set_inherit(u64::from(self.inherit));
+        a.set_pinned(u64::from(self.pinned));
+        a.set_exclusive(u64::from(self.exclusive));
+        a
+    }
+}
+
+/// Well-known `perf_event_attr` constants, re-exported for the layers above.
+pub mod consts {
+    pub use super::b::{
+        PERF_COUNT_HW_CACHE_BPU, PERF_COUNT_HW_CACHE_DTLB, PERF_COUNT_HW_CACHE_ITLB, PERF_COUNT_HW_CACHE_L1D,
+        PERF_COUNT_HW_CACHE_L1I, PERF_COUNT_HW_CACHE_LL, PERF_COUNT_HW_CACHE_NODE, PERF_TYPE_BREAKPOINT,
+        PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW, PERF_TYPE_SOFTWARE, PERF_TYPE_TRACEPOINT,
+    };
+}
