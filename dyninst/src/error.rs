@@ -1,0 +1,13 @@
+//! Errors of the dynamic-instrumentation layer.
+
+/// Errors of papirus-dyninst.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A substrate failure (ELF, perf).
+    #[error(transparent)]
+    Substrate(#[from] papirus_substrate::Error),
+}
+
+/// The result type of papirus-dyninst.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
