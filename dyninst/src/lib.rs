@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod inventory;
+pub mod maps;
 pub mod patch;
 pub mod process;
 
