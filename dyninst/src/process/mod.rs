@@ -161,8 +161,10 @@ impl Process {
         };
         let mut p = Process::held(pid, mem, false);
         p.threads.insert(pid, Thread::default());
-        let mut fresh = BTreeSet::from([pid]);
         p.interrupt(pid)?;
+        // Seize the other threads before waiting, so all stops happen in parallel.
+        let mut fresh = p.seize_new_tasks()?;
+        fresh.insert(pid);
         loop {
             p.wait_stopped(fresh, "stop")?;
             fresh = p.seize_new_tasks()?;

@@ -26,13 +26,12 @@ pub(super) enum Event {
     Gone(Exit),
 }
 
-/// Polls `waitpid(tid)` with `flags | WNOHANG` until it reports or `deadline` passes.
-/// Spins briefly with `sched_yield` (a stop normally arrives within tens of µs),
-/// then sleeps with a growing pause capped at 1 ms.
+/// Polls `waitpid(tid)` with `flags | WNOHANG` until it reports or `deadline` passes,
+/// sleeping between polls from 5 µs up to 200 µs. No `sched_yield`: on a loaded
+/// machine a yielding tracer waits behind every runnable task and a stop that
+/// takes 7 ms to report with a blocking wait took 40 ms to notice.
 pub(super) fn poll(tid: i32, flags: libc::c_int, deadline: Instant) -> Result<Option<i32>> {
-    const SPINS: u32 = 64;
-    let mut round = 0u32;
-    let mut pause = Duration::from_micros(20);
+    let mut pause = Duration::from_micros(5);
     loop {
         match sys::waitpid(tid, flags | libc::WNOHANG) {
             Ok(Some(status)) => return Ok(Some(status)),
@@ -44,13 +43,8 @@ pub(super) fn poll(tid: i32, flags: libc::c_int, deadline: Instant) -> Result<Op
         if Instant::now() >= deadline {
             return Ok(None);
         }
-        if round < SPINS {
-            std::thread::yield_now();
-        } else {
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(1));
-        }
-        round += 1;
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_micros(200));
     }
 }
 
