@@ -57,7 +57,7 @@ const THREADS: &str = r#"
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
-#define N 100000000UL
+#define N 300000000UL
 static void *work(void *arg) {
     unsigned long k = (unsigned long)arg;
     volatile unsigned long acc = 0;
@@ -77,7 +77,7 @@ int main(void) {
     return 0;
 }
 "#;
-const THREADS_N: u64 = 100_000_000;
+const THREADS_N: u64 = 300_000_000;
 
 /// Keeps creating short-lived threads until stdin reaches EOF.
 const SPAWNER: &str = r#"
@@ -100,6 +100,43 @@ int main(void) {
     }
     pthread_join(r, 0);
     printf("created %s\n", n > 0 ? "threads" : "none");
+    return 0;
+}
+"#;
+
+/// Counts real-time signals it sends itself; queued signals do not merge, so every one counts.
+const SIGNALS: &str = r#"
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <unistd.h>
+#define N 2000
+static int got, sent;
+static void on(int s) { (void)s; __atomic_add_fetch(&got, 1, __ATOMIC_RELAXED); }
+/* sigqueue, not kill: when the user's queued-signal quota (shared by all of root's processes)
+   is full, kill() silently merges real-time signals, sigqueue() fails with EAGAIN. */
+static void *sender(void *a) {
+    union sigval v = {0};
+    for (int i = 0; i < N; i++) {
+        for (int try = 0; try < 1000; try++) {
+            if (sigqueue(getpid(), SIGRTMIN, v) == 0) { sent++; break; }
+            usleep(100);
+        }
+        usleep(100);
+    }
+    return a;
+}
+int main(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on;
+    sigaction(SIGRTMIN, &sa, 0);
+    pthread_t t;
+    pthread_create(&t, 0, sender, 0);
+    printf("ready\n");
+    fflush(stdout);
+    pthread_join(t, 0);
+    for (int i = 0; i < 2000 && __atomic_load_n(&got, __ATOMIC_RELAXED) < sent; i++) usleep(1000);
+    printf("got %d of %d\n", got, sent);
     return 0;
 }
 "#;
@@ -288,6 +325,19 @@ fn attach_detach_100_times_under_load() {
     while tasks(pid).len() < 5 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(1));
     }
+    // A wait cut short by its timeout leaves seized, running threads: dropping still releases them.
+    let mut p = Process::attach(pid).unwrap();
+    p.set_timeout(Duration::ZERO);
+    match p.run_for(Duration::from_millis(1)) {
+        Ok(()) | Err(Error::Timeout { .. }) => {}
+        Err(e) => panic!("run_for: {e}"),
+    }
+    drop(p);
+    assert_not_stopped(pid);
+    for tid in tasks(pid) {
+        let tracer = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+        assert!(tracer.contains("TracerPid:\t0\n"), "tid {tid} still traced");
+    }
     let mut saw_all = 0;
     for _ in 0..100 {
         let p = Process::attach(pid).unwrap();
@@ -307,11 +357,67 @@ fn attach_detach_100_times_under_load() {
         drop(p);
     }
     assert!(saw_all > 0, "never caught the 4 workers running");
+    eprintln!("{saw_all} of 100 attaches caught all 4 workers running");
+    // Run a moment and stop again: still every thread held.
+    let mut p = Process::attach(pid).unwrap();
+    p.run_for(Duration::from_millis(5)).unwrap();
+    let mut held = p.threads();
+    held.sort();
+    assert_eq!(held, tasks(pid));
+    assert!(held.iter().all(|&tid| state(tid) == Some('t')));
+    drop(p);
+
     assert_not_stopped(pid);
     t.send("x");
     let (rest, status) = t.finish();
     let n = 4 * THREADS_N;
     assert_eq!(rest, format!("sum {}\n", n * (n - 1) / 2));
+    assert!(status.success());
+}
+
+#[test]
+fn signals_arriving_during_attach_are_delivered() {
+    let b = Built::new();
+    let exe = b.cc("signals", SIGNALS, &[]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    let mut rounds = 0;
+    // Attach, run a system call, detach, until the sender thread is done.
+    while tasks(pid).len() > 1 {
+        let Ok(mut p) = Process::attach(pid) else { break };
+        assert_eq!(p.syscall(libc::SYS_getpid, &[]).unwrap(), pid as i64);
+        drop(p);
+        rounds += 1;
+    }
+    assert!(rounds > 5, "only {rounds} attaches while signals flowed");
+    let line = t.line();
+    let (got, sent) = line.strip_prefix("got ").and_then(|r| r.split_once(" of ")).expect("got G of S");
+    assert_eq!(got, sent, "signals lost across attaches");
+    assert!(sent.parse::<u32>().unwrap() > 1000, "{line}: the sender could not queue signals");
+}
+
+#[test]
+fn a_stopped_process_stays_stopped() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    let target = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state(pid) != Some('T') && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut p = Process::attach(pid).unwrap();
+    assert_eq!(p.syscall(libc::SYS_getpid, &[]).unwrap(), pid as i64);
+    drop(p);
+    // Job control still holds it: stopped, not running, until SIGCONT.
+    assert_eq!(state(pid), Some('T'));
+    nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGCONT).unwrap();
+    t.send("cont\n");
+    assert_eq!(t.line(), "cont");
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
     assert!(status.success());
 }
 

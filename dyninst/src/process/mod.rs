@@ -261,12 +261,33 @@ impl Process {
         let first = pending.first().copied().unwrap_or(0);
         match sys::ptrace(req, tid, 0, first as u64) {
             Ok(_) => Ok(()),
+            Err(Errno::ESRCH) if req == libc::PTRACE_DETACH && task_alive(self.pid, tid) => {
+                self.detach_running(tid, first);
+                Ok(())
+            }
             Err(Errno::ESRCH) => {
                 self.reap(tid);
                 Ok(())
             }
             Err(errno) => Err(Error::Ptrace { op: req_name(req), tid, errno }),
         }
+    }
+
+    /// Detaches a thread that is seized but not in a stop (an error cut a wait
+    /// short): stop it first, since PTRACE_DETACH needs a stopped tracee.
+    fn detach_running(&mut self, tid: i32, held: i32) {
+        let _ = self.interrupt(tid);
+        let sig = match wait::event(tid, Instant::now() + Duration::from_secs(1)) {
+            Ok(Some(Event::Signal(sig))) => {
+                if held != 0 {
+                    let _ = sys::tgkill(self.pid, tid, held);
+                }
+                sig
+            }
+            Ok(Some(Event::Gone(_))) | Ok(None) | Err(_) => return self.reap(tid),
+            Ok(Some(_)) => held,
+        };
+        let _ = sys::ptrace(libc::PTRACE_DETACH, tid, 0, sig as u64);
     }
 
     fn stop_all(&mut self) -> Result<()> {
@@ -432,6 +453,16 @@ fn task_ids(pid: i32) -> Result<Vec<i32>> {
         _ => Error::Io { path: path.clone(), source },
     })?;
     Ok(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+}
+
+/// Whether thread `tid` of `pid` still exists and has not exited.
+fn task_alive(pid: i32, tid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().next().map(|st| st != "Z" && st != "X"))
+        })
+        .unwrap_or(false)
 }
 
 /// The kernel's PF_KTHREAD flag in /proc/PID/stat.
