@@ -316,7 +316,7 @@ mod tests {
         let c = near_candidates(&maps, &text, 1 << 20);
         assert!(!c.is_empty());
         for a in &c {
-            assert!(a + (1 << 20) - text.start < 1 << 31 || text.end - a < 1 << 31);
+            assert!((a + (1 << 20)).abs_diff(text.start) < 1 << 31 && text.end.abs_diff(*a) < 1 << 31);
             assert!(a + (1 << 20) <= text.start + REACH && *a + REACH >= text.end);
             assert!(maps.iter().all(|m| a + (1 << 20) <= m.start || *a >= m.end), "{a:#x} overlaps");
         }
