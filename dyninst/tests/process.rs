@@ -411,7 +411,14 @@ fn a_stopped_process_stays_stopped() {
     let mut p = Process::attach(pid).unwrap();
     assert_eq!(p.syscall(libc::SYS_getpid, &[]).unwrap(), pid as i64);
     drop(p);
-    // Job control still holds it: stopped, not running, until SIGCONT.
+    // Job control still holds it: detaching re-arms the group stop, which the
+    // thread enters as soon as it is scheduled; it stays there until SIGCONT.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state(pid) != Some('T') && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(state(pid), Some('T'));
+    std::thread::sleep(Duration::from_millis(20));
     assert_eq!(state(pid), Some('T'));
     nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGCONT).unwrap();
     t.send("cont\n");
