@@ -6,9 +6,14 @@
 //! safe Rust.
 #![deny(unsafe_code)]
 
+pub mod arch;
 pub mod attr;
+pub mod clock;
 pub mod error;
+pub mod hwinfo;
+pub mod mmap;
 pub mod sys;
+pub mod vclock;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
