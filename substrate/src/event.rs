@@ -330,6 +330,27 @@ mod tests {
     }
 
     #[test]
+    fn default_domains_follow_what_each_pmu_can_count() {
+        use crate::Domain;
+        assert_eq!(Domain::default_for(Kind::Software, "software", 1), Domain::USER, "task-clock");
+        assert_eq!(Domain::default_for(Kind::Software, "software", 2), Domain::USER, "page-faults");
+        assert_eq!(Domain::default_for(Kind::Software, "software", 3), Domain::ALL, "context-switches");
+        assert_eq!(Domain::default_for(Kind::Software, "software", 4), Domain::ALL, "cpu-migrations");
+        assert_eq!(Domain::default_for(Kind::Hardware, "cpu", 0), Domain::USER);
+        assert_eq!(Domain::default_for(Kind::Breakpoint, "breakpoint", 0), Domain::USER);
+        assert_eq!(Domain::default_for(Kind::Dynamic, "uprobe", 0), Domain::USER);
+        assert_eq!(Domain::default_for(Kind::Tracepoint, "tracepoint", 840), Domain::ALL);
+        for pmu in ["msr", "power", "cstate_core", "uncore_imc_0", "amd_df", "amd_l3"] {
+            assert_eq!(Domain::default_for(Kind::Dynamic, pmu, 0), Domain::ALL, "{pmu}");
+        }
+        let mut tsc = EventAttr::new("msr/tsc/", Kind::Dynamic, 9, 0);
+        assert_eq!(tsc.domain_value(), Domain::USER, "new() keeps user only");
+        tsc.default_domain("msr");
+        let raw = tsc.to_raw();
+        assert_eq!((raw.exclude_user(), raw.exclude_kernel(), raw.exclude_hv()), (0, 0, 0));
+    }
+
+    #[test]
     fn targets_map_to_pid_and_cpu() {
         assert_eq!(Target::ThisThread.pid_cpu(), (0, -1));
         assert_eq!(Target::Task(42).pid_cpu(), (42, -1));
