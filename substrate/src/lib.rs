@@ -10,6 +10,9 @@ pub mod arch;
 pub mod attr;
 pub mod clock;
 pub mod error;
+pub mod event;
+pub mod fastread;
+pub mod group;
 pub mod hwinfo;
 pub mod mmap;
 pub mod sys;
@@ -17,3 +20,5 @@ pub mod vclock;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
+pub use event::{Count, Counter, Scaling, Target};
+pub use group::{Group, GroupCounts, Member};
