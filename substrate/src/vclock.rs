@@ -33,9 +33,11 @@
 //! (excluded from `CLOCK_THREAD_CPUTIME_ID` by paravirt steal accounting).
 //! The error of one read is therefore at most the steal time inside one sync
 //! interval, i.e. at most [`MAX_SYNC_INTERVAL`], plus half the sync
-//! syscall's duration (the base is taken at the midpoint of its TSC
-//! bracket). Reads are monotonic: after a sync that finds the extrapolation
-//! ran ahead, values hold until the thread's CPU time catches up.
+//! syscall's TSC bracket (the base is its midpoint; brackets longer than
+//! [`MAX_SYNC_BRACKET`] are retried): [`ERROR_BOUND`] = 502 µs. Reads are
+//! monotonic: after a sync that finds the extrapolation ran ahead, values
+//! hold until the thread's CPU time catches up. Measured here (8 threads on
+//! 2 vCPUs, `tests/clocks.rs`): see the crate README.
 //!
 //! # Costs
 //!
@@ -59,6 +61,15 @@ use crate::sys::{self, Errno, Sys};
 /// The longest a Hybrid reader extrapolates from one sync; bounds the
 /// steal-time error of a read.
 pub const MAX_SYNC_INTERVAL: Duration = Duration::from_micros(500);
+/// The longest TSC bracket around a sync's syscall that is accepted as a
+/// base: a longer one held a VM exit or an interrupt, and its midpoint
+/// could be that far off. Longer brackets are retried.
+pub const MAX_SYNC_BRACKET: Duration = Duration::from_micros(4);
+/// The stated bound on a Hybrid read's error against its source (steal
+/// time inside one sync interval plus half the largest accepted bracket).
+pub const ERROR_BOUND: Duration = Duration::from_micros(500 + 2);
+const _: () =
+    assert!(ERROR_BOUND.as_nanos() == MAX_SYNC_INTERVAL.as_nanos() + MAX_SYNC_BRACKET.as_nanos() / 2);
 /// Sync attempts before answering with an unsynced syscall value (the page
 /// moving during every attempt means the thread is being switched constantly).
 const SYNC_ATTEMPTS: usize = 4;
@@ -97,6 +108,7 @@ pub(crate) struct Hybrid {
     mult: u64,
     shift: u32,
     max_ticks: u64,
+    max_bracket: u64,
     syncs: Cell<u64>,
 }
 
@@ -112,6 +124,7 @@ impl Hybrid {
             mult,
             shift,
             max_ticks: (MAX_SYNC_INTERVAL.as_secs_f64() * hz) as u64,
+            max_bracket: (MAX_SYNC_BRACKET.as_secs_f64() * hz) as u64,
             syncs: Cell::new(0),
         })
     }
@@ -148,7 +161,7 @@ impl Hybrid {
             let t0 = arch::rdtsc_ordered();
             let value = sync()?;
             let t1 = arch::rdtsc_ordered();
-            let stable = page.lock() == s0 && s0 & 1 == 0;
+            let stable = page.lock() == s0 && s0 & 1 == 0 && t1.wrapping_sub(t0) <= self.max_bracket;
             if stable || attempt == SYNC_ATTEMPTS {
                 b.tsc = t0 + t1.wrapping_sub(t0) / 2;
                 b.seq = if stable { s0 } else { 1 };
