@@ -8,8 +8,9 @@
 //! definition, what PAPI's `get_virt_nsec` returns, and it excludes host
 //! steal time on kernels with paravirtual steal accounting. perf's
 //! `task-clock` measures nearly the same thing with perf's clock but differs
-//! by microseconds per sleep/wake cycle on these KVM guests; it is read by
-//! [`TaskClock`] instead, with its own value as the base.
+//! by microseconds per sleep/wake cycle on these KVM guests; a task-clock
+//! event is read by [`crate::fastread::MappedCounter`] instead, with its own
+//! `read(2)` value as the base.
 //!
 //! # Methods ([`VirtMethod`])
 //!
@@ -100,8 +101,8 @@ struct Base {
     last: u64,
 }
 
-/// The Hybrid state machine, shared by [`ThreadClock`], [`TaskClock`] and
-/// the group reader of [`crate::fastread`].
+/// The Hybrid state machine, shared by [`ThreadClock`] and the counter and
+/// group readers of [`crate::fastread`].
 #[derive(Debug)]
 pub(crate) struct Hybrid {
     base: Cell<Base>,
@@ -334,67 +335,6 @@ pub fn thread_method() -> VirtMethod {
 /// and threads running elsewhere right now, which only the kernel knows.
 pub fn process_cpu_ns() -> Result<u64, Errno> {
     sys::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID)
-}
-
-/// A task-clock or cpu-clock event of the calling thread read without a
-/// system call: its `read(2)` value at the last sync plus the TSC time
-/// since, under the same rules as [`ThreadClock`]'s Hybrid method, or the
-/// kernel's cap_user_time extrapolation where the page offers it.
-#[derive(Debug)]
-pub struct TaskClock {
-    page: Mapping,
-    mode: Mapped,
-    _not_send: PhantomData<*const ()>,
-}
-
-impl TaskClock {
-    /// A reader over `page`, the mapped page of a task-clock or cpu-clock
-    /// event that counts the calling thread (pid 0 or its tid, cpu -1, not
-    /// inherited). `None` when neither cap_user_time nor a usable TSC exists.
-    pub fn new(page: Mapping) -> Option<TaskClock> {
-        let caps = page.read(&NativeCpu, true)?.caps;
-        let mode = if caps.user_time { Mapped::KernelTime } else { Mapped::Hybrid(Hybrid::new()?) };
-        Some(TaskClock { page, mode, _not_send: PhantomData })
-    }
-
-    /// The method used.
-    pub fn method(&self) -> VirtMethod {
-        match self.mode {
-            Mapped::KernelTime => VirtMethod::KernelTime,
-            Mapped::Hybrid(_) => VirtMethod::Hybrid,
-        }
-    }
-
-    /// How many `read(2)` syncs were made.
-    pub fn syncs(&self) -> u64 {
-        match &self.mode {
-            Mapped::Hybrid(h) => h.syncs.get(),
-            Mapped::KernelTime => 0,
-        }
-    }
-
-    /// The count in nanoseconds. `read_count` performs the `read(2)` of the
-    /// event's value when a sync is needed.
-    #[inline]
-    pub fn read<E>(&self, read_count: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
-        match &self.mode {
-            Mapped::Hybrid(h) => h.read(&self.page, read_count),
-            Mapped::KernelTime => match self.page.read(&NativeCpu, true) {
-                // A software event's page holds its count as of the last
-                // update in `offset`; a task-clock advances 1:1 with time since.
-                Some(r) => Ok((r.count as u64).wrapping_add(r.since_update.unwrap_or(0))),
-                None => {
-                    let mut f = read_count;
-                    f()
-                }
-            },
-        }
-    }
-
-    /// The page this reader watches.
-    pub fn page(&self) -> &Mapping {
-        &self.page
-    }
 }
 
 #[cfg(test)]

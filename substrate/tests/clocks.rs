@@ -183,15 +183,62 @@ fn virtual_time_does_not_advance_while_sleeping() {
     let mut best = u64::MAX;
     for _ in 0..3 {
         let a = thread_cpu_ns();
+        let ca = thread_cputime();
         std::thread::sleep(Duration::from_millis(100));
+        let cb = thread_cputime();
         let b = thread_cpu_ns();
-        eprintln!("virtual time over a 100 ms sleep: {} ns", b - a);
+        eprintln!("over a 100 ms sleep: virtual time {} ns, CLOCK_THREAD_CPUTIME_ID {} ns", b - a, cb - ca);
         best = best.min(b - a);
         if best < 500_000 {
             break;
         }
     }
     assert!(best < 500_000, "virtual time advanced {best} ns during a 100 ms sleep");
+}
+
+/// Perf mappings and descriptors of this process.
+fn perf_resources() -> (usize, usize) {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let mapped = maps.lines().filter(|l| l.contains("perf_event")).count();
+    let fds = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|t| t.to_string_lossy().contains("perf_event"))
+        .count();
+    (mapped, fds)
+}
+
+#[test]
+fn a_thread_pays_nothing_until_it_asks_and_releases_at_exit() {
+    let _s = serial();
+    let before = perf_resources();
+    let quiet = std::thread::spawn(perf_resources).join().unwrap();
+    assert_eq!(quiet, before, "a thread that never asked opened something");
+    let during = std::thread::spawn(|| {
+        let v = thread_cpu_ns();
+        (v, thread_method(), perf_resources())
+    })
+    .join()
+    .unwrap();
+    if let (_, VirtMethod::Hybrid | VirtMethod::KernelTime, (m, f)) = during {
+        assert_eq!((m, f), (before.0 + 1, before.1 + 1), "one page and one fd per asking thread");
+    }
+    assert_eq!(perf_resources(), before, "the thread's page and fd outlived it");
+}
+
+#[test]
+fn process_cpu_time_covers_the_threads() {
+    let _s = serial();
+    let p0 = papirus_substrate::vclock::process_cpu_ns().unwrap();
+    let worker = std::thread::spawn(|| {
+        let t0 = thread_cpu_ns();
+        spin(Duration::from_millis(20));
+        thread_cpu_ns() - t0
+    });
+    let used = worker.join().unwrap();
+    let p1 = papirus_substrate::vclock::process_cpu_ns().unwrap();
+    eprintln!("worker used {used} ns of CPU; the process {} ns", p1 - p0);
+    assert!(p1 - p0 >= used, "process CPU time grew less than one of its threads' time");
 }
 
 fn sw(name: &str, config: u32) -> EventAttr {
@@ -317,6 +364,7 @@ fn cpuinfo_field(text: &str, key: &str) -> Option<String> {
 
 #[test]
 fn hardware_info_is_consistent_with_proc_cpuinfo_and_sysfs() {
+    let _s = serial();
     let h = HwInfo::collect();
     eprintln!("{h}");
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap();
@@ -361,6 +409,7 @@ fn hardware_info_is_consistent_with_proc_cpuinfo_and_sysfs() {
 
 #[test]
 fn hwinfo_tool_prints_json_and_a_table() {
+    let _s = serial();
     let exe = env!("CARGO_BIN_EXE_papirus-hwinfo");
     let out = std::process::Command::new(exe).arg("--json").output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
