@@ -17,8 +17,9 @@
 //! - **`KernelTime`** — where the kernel offers `cap_user_time` on a
 //!   per-thread task-clock page (bare metal, native stable sched clock):
 //!   `time_running` plus the TSC time since the page was written, the
-//!   documented extrapolation. No system call ever. (There the value is the
-//!   task-clock's running time, the nearest syscall-free equivalent.)
+//!   documented extrapolation, plus the thread's CPU time before the event
+//!   was opened (measured once). No system call after that; from then on
+//!   the value advances with the task-clock's running time.
 //! - **`Hybrid`** — otherwise, e.g. on KVM guests whose sched clock is
 //!   kvm-clock: the page's times are unusable, but the kernel still rewrites
 //!   the page (its `lock` moves) at every context switch of the thread. A
@@ -211,8 +212,18 @@ enum Imp {
 
 #[derive(Debug)]
 enum Mapped {
-    KernelTime,
+    /// cap_user_time: the page's running time plus `offset`, the thread's
+    /// CPU time before the event was opened (measured once at open).
+    KernelTime {
+        offset: u64,
+    },
     Hybrid(Hybrid),
+}
+
+/// The task-clock's running time from a cap_user_time page, extrapolated to now.
+fn page_time(page: &Mapping) -> Option<u64> {
+    let r = page.read(&NativeCpu, true)?;
+    Some(r.running.wrapping_add(r.since_update?))
 }
 
 fn task_clock_attr() -> b::perf_event_attr {
@@ -256,7 +267,12 @@ impl ThreadClock {
             .map_err(|e| format!("mmap of the task-clock page failed: {e}"))?;
         let r = page.read(&NativeCpu, true).ok_or("the task-clock page's seqlock never settled")?;
         let mode = if r.caps.user_time {
-            Mapped::KernelTime
+            // Bracket the page time with the syscall once: the offset makes
+            // both count from the thread's start.
+            let c0 = thread_cputime_syscall();
+            let p = page_time(&page).ok_or("the task-clock page withdrew cap_user_time")?;
+            let c1 = thread_cputime_syscall();
+            Mapped::KernelTime { offset: (c0 + (c1 - c0) / 2).wrapping_sub(p) }
         } else {
             let reason = match clock().info().source {
                 crate::clock::Source::Monotonic { reason } => reason,
@@ -270,7 +286,7 @@ impl ThreadClock {
     /// The method this reader uses.
     pub fn method(&self) -> VirtMethod {
         match &self.imp {
-            Imp::Mapped { mode: Mapped::KernelTime, .. } => VirtMethod::KernelTime,
+            Imp::Mapped { mode: Mapped::KernelTime { .. }, .. } => VirtMethod::KernelTime,
             Imp::Mapped { mode: Mapped::Hybrid(_), .. } => VirtMethod::Hybrid,
             Imp::Syscall { reason } => VirtMethod::Syscall { reason: reason.clone() },
         }
@@ -295,8 +311,8 @@ impl ThreadClock {
                 let last = h.base.get().last;
                 h.read(page, || sys::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID)).unwrap_or(last)
             }
-            Imp::Mapped { page, mode: Mapped::KernelTime, .. } => match page.read(&NativeCpu, true) {
-                Some(r) => r.running.wrapping_add(r.since_update.unwrap_or(0)),
+            Imp::Mapped { page, mode: Mapped::KernelTime { offset }, .. } => match page_time(page) {
+                Some(t) => t.wrapping_add(*offset),
                 None => thread_cputime_syscall(),
             },
             Imp::Syscall { .. } => thread_cputime_syscall(),
@@ -322,12 +338,16 @@ thread_local! {
 /// The first call on a thread sets up its reader.
 #[inline]
 pub fn thread_cpu_ns() -> u64 {
-    THREAD.with(|c| c.get_or_init(ThreadClock::new).now())
+    // During thread teardown (another TLS destructor asking after ours
+    // ran) the syscall answers.
+    THREAD.try_with(|c| c.get_or_init(ThreadClock::new).now()).unwrap_or_else(|_| thread_cputime_syscall())
 }
 
 /// The method [`thread_cpu_ns`] uses on the calling thread (sets it up).
 pub fn thread_method() -> VirtMethod {
-    THREAD.with(|c| c.get_or_init(ThreadClock::new).method())
+    THREAD
+        .try_with(|c| c.get_or_init(ThreadClock::new).method())
+        .unwrap_or_else(|_| VirtMethod::Syscall { reason: "the thread is exiting".into() })
 }
 
 /// The process's CPU time in nanoseconds: `CLOCK_PROCESS_CPUTIME_ID`, one
@@ -395,11 +415,20 @@ mod tests {
         let k = FakeKernel { image: image.clone() };
         let c = ThreadClock::with_sys(&k);
         assert_eq!(c.method(), VirtMethod::KernelTime);
+        // The page says 4 ms of task-clock; the offset measured at open
+        // lines that up with the thread's CPU time since its start.
+        let c0 = thread_cputime_syscall();
         let v = c.now();
-        assert!((4_000_000..4_000_000 + 1_000_000_000).contains(&v), "{v}");
+        assert!(v.abs_diff(c0) < 1_000_000, "page time + offset {v} vs CLOCK_THREAD_CPUTIME_ID {c0}");
         let w = c.now();
         assert!(w >= v, "the TSC moved forward, so must the extrapolation");
-        assert_eq!(c.syncs(), 0, "no syscall in this mode");
+        assert_eq!(c.syncs(), 0, "no syscall sync in this mode");
+        // A page that withdraws cap_user_time is not trusted: the syscall answers.
+        image.set_caps(Caps::default());
+        image.bump_lock(2);
+        let x = c.now();
+        let c1 = thread_cputime_syscall();
+        assert!(x <= c1 && x >= c0, "{c0} <= {x} <= {c1}");
     }
 
     #[test]
