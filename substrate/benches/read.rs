@@ -63,16 +63,28 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("read");
     g.sample_size(SAMPLE_SIZE);
     g.bench_function(NULL, |b| {
-        b.iter_custom(|n| timed(NULL, n, || drop(black_box(std::os::unix::process::parent_id()))))
+        b.iter_custom(|n| {
+            timed(NULL, n, || {
+                black_box(std::os::unix::process::parent_id());
+            })
+        })
     });
     g.bench_function(ONE, |b| {
-        b.iter_custom(|n| timed(ONE, n, || drop(black_box(counter.read().expect("read")))))
+        b.iter_custom(|n| {
+            timed(ONE, n, || {
+                black_box(counter.read().expect("read"));
+            })
+        })
     });
     g.bench_function(THREE, |b| {
         b.iter_custom(|n| timed(THREE, n, || group.read_into(black_box(&mut counts)).expect("group read")))
     });
     g.bench_function(THREE_ALLOC, |b| {
-        b.iter_custom(|n| timed(THREE_ALLOC, n, || drop(black_box(group.read().expect("group read")))))
+        b.iter_custom(|n| {
+            timed(THREE_ALLOC, n, || {
+                black_box(group.read().expect("group read"));
+            })
+        })
     });
     g.finish();
 }
