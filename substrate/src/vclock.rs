@@ -149,13 +149,9 @@ impl Hybrid {
 
     /// Runs `sync` between two reads of the page's lock and the TSC, until
     /// the lock holds still across it (at most [`SYNC_ATTEMPTS`] times), and
-    /// records the TSC midpoint as the new base. Returns `sync`'s value and
-    /// whether the base was set (when not, the next read syncs again).
-    pub(crate) fn sync<T, E>(
-        &self,
-        page: &Mapping,
-        mut sync: impl FnMut() -> Result<T, E>,
-    ) -> Result<(T, bool), E> {
+    /// records the TSC midpoint as the new base. Returns `sync`'s value; if
+    /// the lock never held still, no base is kept and the next read syncs again.
+    pub(crate) fn sync<T, E>(&self, page: &Mapping, mut sync: impl FnMut() -> Result<T, E>) -> Result<T, E> {
         self.syncs.set(self.syncs.get() + 1);
         let mut b = self.base.get();
         let mut attempt = 0;
@@ -170,7 +166,7 @@ impl Hybrid {
                 b.tsc = t0 + t1.wrapping_sub(t0) / 2;
                 b.seq = if stable { s0 } else { 1 };
                 self.base.set(b);
-                return Ok((value, stable));
+                return Ok(value);
             }
         }
     }
@@ -189,7 +185,7 @@ impl Hybrid {
 
     #[cold]
     fn resync<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
-        let (value, _) = self.sync(page, sync)?;
+        let value = self.sync(page, sync)?;
         let mut b = self.base.get();
         b.value = value;
         b.last = b.last.max(value);
