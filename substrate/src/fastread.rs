@@ -252,6 +252,8 @@ pub struct MappedGroup {
     /// the members run exactly when the group does.
     hybrid: Option<Hybrid>,
     bases: RefCell<Vec<Count>>,
+    /// As [`MappedCounter`]'s: the group was stopped behind this handle's back.
+    frozen: Cell<bool>,
     scratch: RefCell<GroupCounts>,
     enabled: Cell<bool>,
     _not_send: PhantomData<*const ()>,
@@ -294,6 +296,7 @@ impl MappedGroup {
             pages,
             paths,
             hybrid,
+            frozen: Cell::new(false),
             scratch: RefCell::new(GroupCounts::default()),
             enabled: Cell::new(false),
             _not_send: PhantomData,
@@ -364,9 +367,14 @@ impl MappedGroup {
             since = h.since_sync(leader);
             if since.is_none() {
                 h.sync(leader, || self.syscall(out))?;
-                self.bases.borrow_mut().copy_from_slice(out);
+                let mut bases = self.bases.borrow_mut();
+                let same = |(c, b): (&Count, &Count)| c.raw == b.raw && c.time_enabled == b.time_enabled;
+                self.frozen.set(out.iter().zip(bases.iter()).all(same));
+                bases.copy_from_slice(out);
                 since = Some(0);
                 path = ReadPath::Resync;
+            } else if self.frozen.get() {
+                since = Some(0);
             }
         }
         let bases = self.bases.borrow();

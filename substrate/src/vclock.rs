@@ -43,6 +43,16 @@
 //! runs): at least 99.9 % of each thread's reads within 5 µs, worst 30 µs.
 //! With a 500 µs interval the worst was 121 µs and 99.67 %, hence 200 µs.
 //!
+//! # Caveats
+//!
+//! - `prctl(PR_TASK_PERF_EVENTS_DISABLE)` stops the reader's own event too;
+//!   context switches then go unseen, and until it is re-enabled a Hybrid
+//!   read may count up to [`MAX_SYNC_INTERVAL`] of sleep (still within
+//!   [`ERROR_BOUND`]).
+//! - The page's `lock` rising at every context switch was verified on
+//!   kernel 6.18 for non-inherited per-thread events; this reader never
+//!   uses `inherit`.
+//!
 //! # Costs
 //!
 //! A thread that never asks pays nothing. The first read on a thread opens a
