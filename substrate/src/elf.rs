@@ -599,7 +599,7 @@ impl<'a, 'f> Builder<'a, 'f> {
         let e = self.endian;
         let versions = self.file.elf_section_table().versions(e, self.data)?;
         let mut out: Vec<Symbol> = Vec::new();
-        let mut seen: HashMap<(String, u64, Option<String>), usize> = HashMap::new();
+        let mut seen: HashMap<(&[u8], u64), usize> = HashMap::new();
         for (table, symtab) in [
             (Table::Symtab, self.file.elf_symbol_table()),
             (Table::Dynsym, self.file.elf_dynamic_symbol_table()),
@@ -627,7 +627,8 @@ impl<'a, 'f> Builder<'a, 'f> {
                     elf::STB_GNU_UNIQUE => Binding::Unique,
                     _ => continue,
                 };
-                let name = String::from_utf8_lossy(symtab.symbol_name(e, sym)?).into_owned();
+                let raw_name = symtab.symbol_name(e, sym)?;
+                let name = String::from_utf8_lossy(raw_name).into_owned();
                 if name.is_empty() {
                     continue;
                 }
@@ -647,7 +648,7 @@ impl<'a, 'f> Builder<'a, 'f> {
                 let address = sym.st_value(e);
                 // .symtab carries no versions, so a dynsym entry matches the
                 // unversioned symtab entry of the same name and address.
-                let merge_key = (name.clone(), address, None);
+                let merge_key = (raw_name, address);
                 if table == Table::Dynsym
                     && let Some(&i) = seen.get(&merge_key)
                     && out[i].table == Table::Symtab
