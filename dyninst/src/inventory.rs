@@ -14,6 +14,7 @@
 //! - The vDSO is not a file and is not listed.
 
 pub mod demangle;
+pub mod deps;
 pub mod patchable;
 
 use std::collections::HashMap;
@@ -249,6 +250,8 @@ pub struct Inventory {
     pub pid: Option<i32>,
     /// Modules in address order (the main program first when not loaded).
     pub modules: Vec<Module>,
+    /// Needed shared objects that could not be found, as `name (needed by path)`.
+    pub unresolved: Vec<String>,
 }
 
 impl Inventory {
@@ -259,7 +262,31 @@ impl Inventory {
         let path = resolve_program(program.as_ref())?;
         let elf = Arc::new(ElfFile::open(&path)?);
         let is_main = elf.kind() != ElfKind::SharedObject;
-        Ok(Inventory { pid: None, modules: vec![Module::new(elf, path, 0, None, is_main)] })
+        Ok(Inventory {
+            pid: None,
+            modules: vec![Module::new(elf, path, 0, None, is_main)],
+            unresolved: Vec::new(),
+        })
+    }
+
+    /// The inventory of one file and every shared object it needs, found as
+    /// the dynamic loader would (see [`deps`]); none is loaded, so all
+    /// addresses are link-time addresses.
+    pub fn of_file_with_deps(program: impl AsRef<Path>) -> crate::Result<Inventory> {
+        let mut inv = Self::of_file(program)?;
+        let main = inv.modules[0].elf.clone();
+        let main_path = inv.modules[0].path.clone();
+        for dep in deps::resolve(&main, &main_path) {
+            match dep {
+                deps::Dependency::Found { path, elf, .. } => {
+                    inv.modules.push(Module::new(elf, path, 0, None, false))
+                }
+                deps::Dependency::Missing { name, needed_by } => {
+                    inv.unresolved.push(format!("{name} (needed by {})", needed_by.display()));
+                }
+            }
+        }
+        Ok(inv)
     }
 
     /// The inventory of running process `pid`: its executable and every
@@ -290,7 +317,7 @@ impl Inventory {
         if modules.is_empty() {
             return Err(InventoryError::NoModules { pid }.into());
         }
-        Ok(Inventory { pid: Some(pid), modules })
+        Ok(Inventory { pid: Some(pid), modules, unresolved: Vec::new() })
     }
 
     /// The main program's module.

@@ -362,6 +362,68 @@ fn running_process_addresses_match() {
     assert!(status.success(), "the listed process ran on unharmed: {status}");
 }
 
+/// `list --libs`: the shared objects a program needs, as `ldd` finds them,
+/// including one found through `$ORIGIN` in RUNPATH; a missing one is reported.
+#[test]
+fn needed_libraries_match_ldd() {
+    let dir = Scratch::new("libs");
+    std::fs::create_dir_all(dir.path("lib")).unwrap();
+    let lib_src = dir.path("shapes_lib.c");
+    std::fs::write(&lib_src, "int papirus_lib_fn(int x) { return x * 7; }\n").unwrap();
+    let lib = dir.path("lib/libpapirus_t.so");
+    match Command::new("gcc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&lib).arg(&lib_src).status() {
+        Ok(s) => assert!(s.success()),
+        Err(e) => {
+            eprintln!("skipping: cannot run gcc: {e}");
+            return;
+        }
+    }
+    let main_src = dir.path("uses_lib.c");
+    std::fs::write(&main_src, "int papirus_lib_fn(int);\nint main(int c, char **v) { (void)v; return papirus_lib_fn(c) == 7 ? 0 : 1; }\n").unwrap();
+    let exe = dir.path("uses_lib");
+    // Libraries after the source; libstdc++ too, for a longer chain (libm, libgcc_s).
+    let status = Command::new("gcc")
+        .arg(&main_src)
+        .arg("-o")
+        .arg(&exe)
+        .args(["-Wl,--no-as-needed", "-Wl,-rpath,$ORIGIN/lib", "-L"])
+        .arg(dir.path("lib"))
+        .args(["-lpapirus_t", "-lstdc++"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let Some(ldd) = tool("ldd", &[], &exe) else { return };
+    let canon = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let expected: BTreeSet<PathBuf> = ldd
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let path = match l.split_once(" => ") {
+                Some((_, rest)) => rest.split(" (").next()?,
+                None => l.split(" (").next().filter(|p| p.starts_with('/'))?,
+            };
+            Some(canon(path))
+        })
+        .collect();
+    assert!(expected.contains(&canon(lib.to_str().unwrap())), "ldd: {ldd}");
+
+    let v = list_json(&[exe.to_str().unwrap(), "--libs"]);
+    assert_eq!(v["unresolved"].as_array().unwrap().len(), 0, "{}", v["unresolved"]);
+    let modules = v["modules"].as_array().unwrap();
+    assert_eq!(modules[0]["is_main"], true);
+    let got: BTreeSet<PathBuf> = modules[1..].iter().map(|m| canon(m["path"].as_str().unwrap())).collect();
+    assert_eq!(got, expected, "list --libs vs ldd");
+    let own = modules.iter().find(|m| m["path"].as_str().unwrap().ends_with("libpapirus_t.so")).unwrap();
+    assert!(own["functions"].as_array().unwrap().iter().any(|f| f["name"] == "papirus_lib_fn"));
+
+    // Without the library, it is reported and the rest still listed.
+    std::fs::remove_file(&lib).unwrap();
+    let out = probe(&["list", exe.to_str().unwrap(), "--libs", "--module", "libc"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("libpapirus_t.so (needed by") && err.contains("not found"), "{err}");
+}
+
 /// A position-dependent executable (bias 0) whose file was deleted while
 /// it runs: found through /proc/PID/map_files, addresses still right.
 #[test]

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{Dyn as _, FileHeader, ProgramHeader as _, Rela as _, SectionHeader as _, Sym as _};
-use object::{Endianness, FileKind, Object as _, SectionIndex};
+use object::{Endianness, FileKind, Object as _};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -226,7 +226,11 @@ pub struct ElfFile {
     plt: Vec<PltStub>,
     has_symtab: bool,
     build_id: Option<Vec<u8>>,
+    interpreter: Option<String>,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 impl std::fmt::Debug for ElfFile {
@@ -297,6 +301,26 @@ impl ElfFile {
     /// `DT_SONAME`, for shared objects that have one.
     pub fn soname(&self) -> Option<&str> {
         self.soname.as_deref()
+    }
+
+    /// `DT_NEEDED`: the shared objects this file asks the loader for, in order.
+    pub fn needed(&self) -> &[String] {
+        &self.needed
+    }
+
+    /// `DT_RUNPATH`, unexpanded (`$ORIGIN` left as is).
+    pub fn runpath(&self) -> Option<&str> {
+        self.runpath.as_deref()
+    }
+
+    /// `DT_RPATH` (the older, LD_LIBRARY_PATH-overriding form), unexpanded.
+    pub fn rpath(&self) -> Option<&str> {
+        self.rpath.as_deref()
+    }
+
+    /// `PT_INTERP`: the dynamic loader an executable names.
+    pub fn interpreter(&self) -> Option<&str> {
+        self.interpreter.as_deref()
     }
 
     /// The GNU build-id note, when present.
@@ -533,7 +557,11 @@ impl<'a, 'f> Builder<'a, 'f> {
             plt,
             has_symtab,
             build_id: self.file.build_id()?.map(<[u8]>::to_vec),
+            interpreter: self.interpreter(),
             soname: dynamic.soname,
+            needed: dynamic.needed,
+            runpath: dynamic.runpath,
+            rpath: dynamic.rpath,
         })
     }
 
@@ -579,21 +607,33 @@ impl<'a, 'f> Builder<'a, 'f> {
             .collect()
     }
 
+    fn interpreter(&self) -> Option<String> {
+        let e = self.endian;
+        let p = self.file.elf_program_headers().iter().find(|p| p.p_type(e) == elf::PT_INTERP)?;
+        let bytes = p.data(e, self.data).ok()?;
+        let bytes = bytes.split(|&b| b == 0).next()?;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
     fn dynamic_info(&self) -> object::Result<DynamicInfo> {
         let e = self.endian;
         let mut info = DynamicInfo::default();
         let table = self.file.elf_section_table();
-        let Some((entries, index)) = table.dynamic(e, self.data)? else {
+        let Some((entries, strtab)) = table.dynamic(e, self.data)? else {
             return Ok(info);
         };
-        let strings =
-            table.strings(e, self.data, SectionIndex(table.section(index)?.sh_link(e) as usize)).ok();
+        let strings = table.strings(e, self.data, strtab).ok();
         for d in entries {
             match d.tag(e) {
                 elf::DT_FLAGS_1 => info.pie |= elf::DynamicFlags1(d.d_val(e)).contains(elf::DF_1_PIE),
-                elf::DT_SONAME => {
-                    if let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) {
-                        info.soname = Some(String::from_utf8_lossy(s).into_owned());
+                tag @ (elf::DT_SONAME | elf::DT_NEEDED | elf::DT_RUNPATH | elf::DT_RPATH) => {
+                    let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) else { continue };
+                    let s = String::from_utf8_lossy(s).into_owned();
+                    match tag {
+                        elf::DT_SONAME => info.soname = Some(s),
+                        elf::DT_NEEDED => info.needed.push(s),
+                        elf::DT_RUNPATH => info.runpath = Some(s),
+                        _ => info.rpath = Some(s),
                     }
                 }
                 _ => {}
@@ -757,6 +797,9 @@ impl<'a, 'f> Builder<'a, 'f> {
 struct DynamicInfo {
     pie: bool,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 /// The memory slot of a PLT entry's `jmp *slot(%rip)`, allowing a leading
@@ -1034,6 +1077,12 @@ int main(int argc, char **argv) {
         assert_eq!(f.lookup_function("helper").unwrap().binding, Binding::Local);
         assert_eq!(f.lookup_function("weakfn").unwrap().binding, Binding::Weak);
         assert_eq!(f.lookup_function("main").unwrap().table, Table::Both, "-rdynamic exports main");
+        assert_eq!(f.needed(), ["libc.so.6"]);
+        assert_eq!(f.interpreter(), Some("/lib64/ld-linux-x86-64.so.2"));
+        if let Ok(libc) = ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") {
+            assert_eq!(libc.soname(), Some("libc.so.6"));
+            assert_eq!(libc.kind(), ElfKind::SharedObject);
+        }
         assert!(f.lookup_function("counter").is_err(), "data is not a function");
         assert_eq!(f.lookup_symbol("counter").unwrap().kind, SymbolKind::Object);
 
