@@ -58,6 +58,12 @@ pub enum InventoryError {
         #[source]
         source: std::io::Error,
     },
+    /// A file without any function symbol: no `.symtab` and no `.dynsym` functions.
+    #[error("{}: no function symbols: no .symtab (stripped) and no function exported in .dynsym; no function can be named; use an unstripped build", .path.display())]
+    NoSymbols {
+        /// The file.
+        path: PathBuf,
+    },
     /// A process without any mapped ELF file: a kernel thread, or a zombie.
     #[error("process {pid} maps no executable file (a kernel thread or a zombie?): nothing to list")]
     NoModules {
@@ -257,10 +263,15 @@ pub struct Inventory {
 impl Inventory {
     /// The inventory of one file, not loaded: bias 0, link-time addresses.
     ///
-    /// `program` is a path, or a bare name searched on `PATH` like a shell does.
+    /// `program` is a path, or a bare name searched on `PATH` like a shell
+    /// does. A file without any function symbol is an error
+    /// ([`InventoryError::NoSymbols`]): there would be nothing to list or probe.
     pub fn of_file(program: impl AsRef<Path>) -> crate::Result<Inventory> {
         let path = resolve_program(program.as_ref())?;
         let elf = Arc::new(ElfFile::open(&path)?);
+        if elf.functions().next().is_none() {
+            return Err(InventoryError::NoSymbols { path }.into());
+        }
         let is_main = elf.kind() != ElfKind::SharedObject;
         Ok(Inventory {
             pid: None,

@@ -539,7 +539,20 @@ fn bad_input_is_a_clear_error() {
     assert!(stat().contains(") Z "), "child did not become a zombie: {}", stat());
     fails_with(&["list", "--pid", &pid.to_string()], "kernel thread or a zombie");
     let _ = zombie.0.wait();
-    fails_with(&["list", "/bin/sh", "--module", "nomatch"], "no module matches `nomatch`");
+    let me = std::env::current_exe().unwrap();
+    fails_with(&["list", me.to_str().unwrap(), "--module", "nomatch"], "no module matches `nomatch`");
+    // A stripped static executable has neither .symtab nor .dynsym.
+    let src = dir.path("static.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let exe = dir.path("static");
+    match Command::new("gcc").args(["-static", "-s", "-o"]).arg(&exe).arg(&src).output() {
+        Ok(o) if o.status.success() => fails_with(&["list", exe.to_str().unwrap()], "no function symbols"),
+        Ok(o) => eprintln!(
+            "skipping the symbol-less case: no static libc here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => eprintln!("skipping the symbol-less case: cannot run gcc: {e}"),
+    }
     not_permitted();
     let out = probe(&["list"]);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");

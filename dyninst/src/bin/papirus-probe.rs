@@ -179,7 +179,11 @@ fn write_module_table(
         ", {} of {} functions{})",
         funcs.len(),
         m.functions.len(),
-        if m.stripped { ", stripped: dynamic symbols only" } else { "" }
+        match (m.stripped, m.functions.is_empty()) {
+            (true, true) => ", stripped: no symbols at all",
+            (true, false) => ", stripped: dynamic symbols only",
+            _ => "",
+        }
     )?;
     write!(out, "  {:<18} {:>8}  {:<6}  ", "ADDRESS", "SIZE", "BIND")?;
     if args.patchable {
