@@ -256,7 +256,8 @@ pub struct Inventory {
     pub pid: Option<i32>,
     /// Modules in address order (the main program first when not loaded).
     pub modules: Vec<Module>,
-    /// Needed shared objects that could not be found, as `name (needed by path)`.
+    /// Modules left out, each with the reason: needed shared objects not
+    /// found (`name (needed by path)`), mapped files that could not be read.
     pub unresolved: Vec<String>,
 }
 
@@ -293,7 +294,7 @@ impl Inventory {
                     inv.modules.push(Module::new(elf, path, 0, None, false))
                 }
                 deps::Dependency::Missing { name, needed_by } => {
-                    inv.unresolved.push(format!("{name} (needed by {})", needed_by.display()));
+                    inv.unresolved.push(format!("{name} (needed by {}): not found", needed_by.display()));
                 }
             }
         }
@@ -311,24 +312,34 @@ impl Inventory {
             Err(source) => return Err(InventoryError::Maps { pid, source }.into()),
         };
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        let mut modules = Vec::new();
+        let (mut modules, mut unresolved) = (Vec::new(), Vec::new());
         for group in group_by_file(&mappings) {
             if !group.iter().any(|m| m.perms.exec) {
                 continue;
             }
             let first = group[0];
-            let Some(elf) = open_mapped(pid, first, group.iter().find(|m| m.perms.exec).copied())? else {
+            // One unreadable or malformed module must not hide the others.
+            let elf = match open_mapped(pid, first, group.iter().find(|m| m.perms.exec).copied()) {
+                Ok(Some(elf)) => elf,
+                Ok(None) => continue,
+                Err(e) => {
+                    unresolved.push(e.to_string());
+                    continue;
+                }
+            };
+            let Some(bias) = elf.load_bias(first.start, first.offset) else {
+                unresolved
+                    .push(format!("{}: no PT_LOAD segment maps file offset {:#x}", first.name, first.offset));
                 continue;
             };
-            let Some(bias) = elf.load_bias(first.start, first.offset) else { continue };
             let name = PathBuf::from(&first.name);
             let is_main = exe.as_ref().is_some_and(|e| *e == name);
             modules.push(Module::new(Arc::new(elf), name, bias, Some(first.start), is_main));
         }
-        if modules.is_empty() {
+        if modules.is_empty() && unresolved.is_empty() {
             return Err(InventoryError::NoModules { pid }.into());
         }
-        Ok(Inventory { pid: Some(pid), modules, unresolved: Vec::new() })
+        Ok(Inventory { pid: Some(pid), modules, unresolved })
     }
 
     /// The main program's module.

@@ -108,7 +108,7 @@ fn list(args: &ListArgs) -> Result<(), Failure> {
             .is_none_or(|g| glob_match(g, name) || demangled.is_some_and(|d| glob_match(g, d)))
     };
     for missing in &inventory.unresolved {
-        eprintln!("papirus-probe: warning: {missing} not found");
+        eprintln!("papirus-probe: warning: left out: {missing}");
     }
     let mut out = std::io::stdout().lock();
     if args.json {
