@@ -349,6 +349,11 @@ fn running_process_addresses_match() {
         modules.iter().find(|m| m["path"].as_str().unwrap().contains("libc.so")).expect("libc is listed");
     assert_eq!(addr_of(libc, "puts"), Some(printed("puts")), "libc's puts at its run-time address");
     assert_eq!(libc["is_main"], false);
+    let inv = Inventory::of_process(child.0.id() as i32).unwrap();
+    let libc = inv.module("libc.so.6").expect("found by basename");
+    assert_eq!(libc.elf().soname(), Some("libc.so.6"));
+    assert_eq!(libc.function("puts").map(|f| f.address), Some(printed("puts")));
+    assert_eq!(inv.function_at(printed("puts")).map(|(m, _)| m.basename()), Some("libc.so.6".to_string()));
 
     // --module selects by basename; the table names the module and its bias.
     let table = String::from_utf8(probe(&["list", "--pid", &pid, "--module", "waiter", "-f", "main"]).stdout)

@@ -49,13 +49,6 @@ impl std::fmt::Display for ElfKind {
     }
 }
 
-impl ElfKind {
-    /// Whether the loader may place this file anywhere (a non-zero load bias).
-    pub fn is_relocatable_at_load(self) -> bool {
-        matches!(self, ElfKind::PieExecutable | ElfKind::SharedObject)
-    }
-}
-
 /// Symbol binding.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -379,11 +372,6 @@ impl ElfFile {
         let start = exec.clone().map(|s| s.vaddr).min()?;
         let end = exec.map(|s| s.vaddr + s.mem_size).max()?;
         Some(start..end)
-    }
-
-    /// The lowest `PT_LOAD` address (page-aligned as the loader maps it).
-    pub fn lowest_load_vaddr(&self) -> Option<u64> {
-        self.segments.iter().map(|s| align_down(s.vaddr, s.align)).min()
     }
 
     /// The file offset of link-time address `vaddr`, through the `PT_LOAD`
@@ -886,6 +874,7 @@ mod tests {
         assert!(text.contains(&main.address), "{main:?} outside {text:?}");
         assert_eq!(main.binding, Binding::Global);
         assert_eq!(main.section, ".text");
+        assert_eq!(f.function_at(main.address + 1).map(|s| s.name.as_str()), Some("main"));
         let off = f.vaddr_to_file_offset(main.address).unwrap();
         assert_eq!(f.file_offset_to_vaddr(off), Some(main.address));
         assert_eq!(f.bytes_at(main.address, 8).unwrap(), &f.data()[off as usize..off as usize + 8]);
@@ -1079,9 +1068,19 @@ int main(int argc, char **argv) {
         assert_eq!(f.lookup_function("main").unwrap().table, Table::Both, "-rdynamic exports main");
         assert_eq!(f.needed(), ["libc.so.6"]);
         assert_eq!(f.interpreter(), Some("/lib64/ld-linux-x86-64.so.2"));
-        if let Ok(libc) = ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") {
-            assert_eq!(libc.soname(), Some("libc.so.6"));
-            assert_eq!(libc.kind(), ElfKind::SharedObject);
+        match ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") {
+            Ok(libc) => {
+                assert_eq!(libc.soname(), Some("libc.so.6"));
+                assert_eq!(libc.kind(), ElfKind::SharedObject);
+                // memcpy has two versions; the default one wins unless one is named.
+                let default = libc.lookup_function("memcpy").unwrap();
+                assert_eq!(default.versioned_name(), "memcpy@@GLIBC_2.14");
+                let old = libc.lookup_function("memcpy@GLIBC_2.2.5").unwrap();
+                assert!(old.hidden_version && old.address != default.address);
+                assert_eq!(libc.lookup_function("memcpy@@GLIBC_2.14").unwrap(), default);
+                assert!(libc.lookup_function("memcpy@GLIBC_9.9").is_err());
+            }
+            Err(e) => eprintln!("skipping the libc checks: {e}"),
         }
         assert!(f.lookup_function("counter").is_err(), "data is not a function");
         assert_eq!(f.lookup_symbol("counter").unwrap().kind, SymbolKind::Object);
