@@ -7,9 +7,13 @@
 #![deny(unsafe_code)]
 
 pub mod attr;
+pub mod catalog;
 pub mod elf;
 pub mod error;
+pub mod names;
+pub mod pmu;
 pub mod sys;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
+pub use names::{Parser, parse_event};
