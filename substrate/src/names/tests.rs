@@ -74,8 +74,7 @@ fn acceptance_8_hardware_encodings_match_perf() {
 /// (type, config, config1, config2, bp_type, exclude_user, exclude_kernel, exclude_hv)
 type AttrFields = (u32, u64, u64, u64, u32, bool, bool, bool);
 
-/// Runs `perf stat -vv -e NAME true` and returns the first attr perf printed
-/// as (type, config, config1, config2, bp_type, exclude_user, exclude_kernel, exclude_hv).
+/// Runs `perf stat -vv -e NAME true` and returns the first attr perf printed.
 fn perf_attr(name: &str) -> Option<AttrFields> {
     let out = std::process::Command::new("perf").args(["stat", "-vv", "-e", name, "true"]).output().ok()?;
     let text = String::from_utf8_lossy(&out.stderr);
