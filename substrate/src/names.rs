@@ -21,13 +21,13 @@
 //!
 //! # Defaults
 //!
-//! Without modifiers an event counts user space only ([`Domain::USER`]), so
-//! a user without privileges can measure their own programs. Two exceptions
-//! count every domain, because user-only would be wrong or refused:
-//! tracepoints (kernel code paths; `exclude_kernel` hides them), and PMUs
-//! the kernel marks as unable to exclude (msr, RAPL `power`, C-states,
-//! uncore: see [`Pmu::counts_all_domains`]); naming a modifier on the
-//! latter is an error rather than an `EINVAL` at open.
+//! Without modifiers an event gets [`Domain::default_for`] its PMU: user
+//! space only, so a user without privileges can measure their own programs,
+//! except where user only would be refused or count nothing (tracepoints,
+//! the scheduler's software events, and PMUs that cannot exclude a mode:
+//! msr, RAPL `power`, C-states, uncore). Naming a modifier on one of the
+//! latter is an error here rather than an `EINVAL` at open
+//! ([`Pmu::counts_all_domains`]).
 //!
 //! # Breakpoints and probes
 //!
@@ -375,7 +375,7 @@ impl Parser {
     fn symbolic(&self, event: &str, base: &str, mods: Option<&str>) -> Result<ParsedEvent> {
         let fixed = |kind, type_, config, pmu: &str| -> Result<ParsedEvent> {
             let mut attr = EventAttr::new(event, kind, type_, config);
-            apply_modifiers(event, &mut attr, mods, false)?;
+            apply_modifiers(event, &mut attr, mods, pmu, false)?;
             Ok(ParsedEvent { attr, pmu: pmu.to_string(), scale: 1.0, unit: None })
         };
         if let Some(n) = HARDWARE.iter().find(|n| n.names.contains(&base)) {
@@ -496,10 +496,7 @@ impl Parser {
         let mut attr =
             EventAttr::new(enc.set_name.unwrap_or(event).to_string(), kind, pmu.type_, enc.words[0]);
         attr.config1(enc.words[1]).config2(enc.words[2]);
-        if pmu.counts_all_domains() {
-            attr.domain(Domain::ALL);
-        }
-        apply_modifiers(event, &mut attr, mods, pmu.counts_all_domains())?;
+        apply_modifiers(event, &mut attr, mods, &pmu.name, pmu.counts_all_domains())?;
         Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale, unit })
     }
 
@@ -555,8 +552,7 @@ impl Parser {
             reason: format!("{} holds `{}`, not a tracepoint id", id_path.display(), text.trim()),
         })?;
         let mut attr = EventAttr::new(event, Kind::Tracepoint, b::PERF_TYPE_TRACEPOINT, id);
-        attr.domain(Domain::ALL);
-        apply_modifiers(event, &mut attr, mods, false)?;
+        apply_modifiers(event, &mut attr, mods, "tracepoint", false)?;
         Ok(ParsedEvent { attr, pmu: "tracepoint".into(), scale: 1.0, unit: None })
     }
 
@@ -636,7 +632,7 @@ impl Parser {
         }
         let mut attr = EventAttr::new(event, Kind::Breakpoint, b::PERF_TYPE_BREAKPOINT, 0);
         attr.bp_type(bp_type).config1(addr).config2(len);
-        apply_modifiers(event, &mut attr, mods, false)?;
+        apply_modifiers(event, &mut attr, mods, "breakpoint", false)?;
         Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None })
     }
 
@@ -701,7 +697,7 @@ impl Parser {
         let c_path = CString::new(abs.as_os_str().as_encoded_bytes())
             .map_err(|_| malformed(event, "the path contains a NUL byte"))?;
         let mut attr = EventAttr::new(event, Kind::Dynamic, pmu.type_, config);
-        attr.uprobe_path(c_path).config2(file_offset);
+        attr.uprobe_path(c_path).config2(file_offset).default_domain(&pmu.name);
         Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale: 1.0, unit: None })
     }
 }
@@ -845,9 +841,19 @@ fn parse_number(s: &str) -> Option<u64> {
     }
 }
 
-/// Applies `u`/`k`/`h`; `fixed_domain` PMUs refuse them.
-fn apply_modifiers(event: &str, attr: &mut EventAttr, mods: Option<&str>, fixed_domain: bool) -> Result<()> {
-    let Some(mods) = mods else { return Ok(()) };
+/// Applies `u`/`k`/`h`, or without them the default domain of an event of
+/// PMU `pmu` ([`Domain::default_for`]); `fixed_domain` PMUs refuse modifiers.
+fn apply_modifiers(
+    event: &str,
+    attr: &mut EventAttr,
+    mods: Option<&str>,
+    pmu: &str,
+    fixed_domain: bool,
+) -> Result<()> {
+    let Some(mods) = mods else {
+        attr.default_domain(pmu);
+        return Ok(());
+    };
     if let Some(c) = mods.chars().find(|c| !"ukh".contains(*c)) {
         return Err(malformed(
             event,

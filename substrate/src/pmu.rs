@@ -12,6 +12,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::attr::{Domain, Kind};
 use crate::error::{Error, Result};
 
 /// Where Linux lists its perf PMUs.
@@ -180,19 +181,13 @@ impl Pmu {
         matches!(self.name.as_str(), "cpu" | "cpu_core" | "cpu_atom") || self.name.starts_with("armv")
     }
 
-    /// Whether the PMU counts the whole machine and refuses exclude bits
-    /// (msr, RAPL, C-states, uncore): its events count every privilege level.
+    /// Whether the PMU cannot exclude a privilege mode (msr, RAPL, C-states,
+    /// uncore): the kernel refuses any `exclude_*` bit on its events.
     ///
-    /// sysfs does not publish the kernel's `PERF_PMU_CAP_NO_EXCLUDE`, so this
-    /// is papirus' list of the PMUs known to set it, plus any with a cpumask
-    /// (system-wide PMUs publish one; core PMUs do not).
+    /// sysfs does not publish the kernel's `PERF_PMU_CAP_NO_EXCLUDE`; this
+    /// follows the list of [`Domain::default_for`].
     pub fn counts_all_domains(&self) -> bool {
-        const NO_EXCLUDE: [&str; 6] = ["msr", "power", "cstate_core", "cstate_pkg", "amd_df", "amd_l3"];
-        NO_EXCLUDE.contains(&self.name.as_str())
-            || self.name.starts_with("uncore")
-            || self.name.starts_with("amd_umc")
-            || self.name.starts_with("amd_iommu")
-            || (self.cpumask.is_some() && !self.is_core())
+        Domain::default_for(Kind::Dynamic, &self.name, 0) == Domain::ALL
     }
 }
 
