@@ -1,9 +1,12 @@
 //! Every event this machine offers, by name: perf's hardware, software and
 //! hw-cache tables, each sysfs PMU's named events, and every tracepoint.
 //!
-//! Listing reads directories only (no tracepoint `id` files), so the
-//! thousands of tracepoints cost a few milliseconds. Whether an event really
-//! opens here is a separate, slower question: [`check`].
+//! Listing reads directories and checks that each tracepoint has an `id`
+//! (ftrace's internal events have none and cannot be opened): 2,362 events
+//! in 14 ms here. Whether an event really opens is a separate, slower
+//! question, [`check`]: an open and a close each, and closing a tracepoint
+//! event waits for the kernel (about 60 ms here, so all 2,300 tracepoints
+//! take over two minutes; software and PMU events take well under 1 ms).
 
 use serde::Serialize;
 

@@ -535,6 +535,12 @@ impl Parser {
                 if !events.join(sys).is_dir() && !sys.contains('/') && self.symbolic(sys, sys, None).is_ok() {
                     return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
                 }
+                if events.join(sys).join(tp).is_dir() {
+                    return Err(malformed(
+                        event,
+                        "tracefs lists it but gives it no id: ftrace's own events cannot be opened through perf",
+                    ));
+                }
                 let candidates = if events.join(sys).is_dir() {
                     list_dirs(&events.join(sys)).into_iter().map(|t| format!("{sys}:{t}")).collect()
                 } else {
@@ -950,13 +956,17 @@ fn list_dirs(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Every `subsystem:name` under a tracefs root, sorted.
+/// Every `subsystem:name` under a tracefs root that perf can open (has an
+/// `id`; ftrace's internal events do not), sorted.
 pub(crate) fn tracepoint_names(root: &Path) -> Vec<String> {
     let events = root.join("events");
     let mut out = Vec::new();
     for sys in list_dirs(&events) {
-        for tp in list_dirs(&events.join(&sys)) {
-            out.push(format!("{sys}:{tp}"));
+        let dir = events.join(&sys);
+        for tp in list_dirs(&dir) {
+            if dir.join(&tp).join("id").exists() {
+                out.push(format!("{sys}:{tp}"));
+            }
         }
     }
     out.sort();

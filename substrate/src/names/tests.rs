@@ -372,6 +372,8 @@ fn tracepoints() {
         Error::UnknownEvent { suggestions, .. } => assert_eq!(suggestions[0], "syscalls:sys_enter_write"),
         e => panic!("{e:?}"),
     }
+    let e = err(&p, "ftrace:bprint").to_string();
+    assert!(e.contains("no id"), "{e}");
     assert!(matches!(err(&p, "syscalls:sys_enter_*"), Error::Malformed { .. }));
     assert!(matches!(err(&p, "syscalls:"), Error::Malformed { .. }));
     let mut none = fixture("intel");
