@@ -512,7 +512,7 @@ impl Parser {
         if let Some(c) = base.chars().find(|c| matches!(c, '*' | '?' | '[' | ']' | '{' | '}')) {
             return Err(malformed(
                 event,
-                format!("`{c}`: globs select many tracepoints; name one (`papirus` lists them)"),
+                format!("`{c}`: globs select many tracepoints; name one (`catalog::Catalog` lists them)"),
             ));
         }
         if let Some(c) =

@@ -506,7 +506,9 @@ mod tests {
         }
         match set.get("msr") {
             Some(msr) => {
-                assert!(msr.alias("tsc").is_some(), "msr PMU without tsc: {msr:?}");
+                // The x86 msr driver: format event=config:0-63, tsc is event 0.
+                assert_eq!(msr.alias("tsc").map(|a| a.terms.as_str()), Some("event=0x00"), "{msr:?}");
+                assert_eq!(msr.format("event").map(|f| f.ranges.clone()), Some(vec![(0, 63)]));
                 assert!(msr.counts_all_domains());
             }
             None => println!("no msr PMU on this machine"),
