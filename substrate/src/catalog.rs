@@ -107,12 +107,13 @@ impl Catalog {
 }
 
 /// Whether `event` opens here: parses it, opens it on the calling thread
-/// (on the first CPU of its PMU's cpumask for system-wide PMUs), and closes
-/// it. The error is the parser's or the kernel's, with its reason.
+/// (on the first CPU of its PMU's cpumask for system-wide PMUs such as RAPL
+/// or uncore, which count no task), and closes it. The error is the
+/// parser's or the kernel's, with its reason.
 pub fn check(parser: &Parser, event: &EventInfo) -> Result<()> {
     let attr = parser.parse(&event.name)?;
-    let target = match parser.pmus().get(&event.pmu).and_then(|p| p.cpumask.as_ref()).and_then(|m| m.first())
-    {
+    let pmu = parser.pmus().get(&event.pmu).filter(|p| !p.is_core());
+    let target = match pmu.and_then(|p| p.cpumask.as_ref()).and_then(|m| m.first()) {
         Some(&cpu) => Target::Cpu(cpu),
         None => Target::ThisThread,
     };

@@ -5,9 +5,9 @@
 //!
 //! The root directory (normally `/sys/bus/event_source/devices`) is a
 //! parameter so tests can run on fixture trees of machines they are not on.
-//! Nothing here panics on odd sysfs contents: a PMU directory that cannot be
-//! read is an error, an unparsable format or event file is kept out of the
-//! set and reported in [`PmuSet::skipped`].
+//! Nothing here panics on odd sysfs contents: only an unreadable root is an
+//! error; a PMU, format field or event that cannot be read or parsed is kept
+//! out of the set and reported, with the reason, in [`PmuSet::skipped`].
 
 use std::fs;
 use std::path::{Path, PathBuf};
