@@ -420,6 +420,11 @@ impl Parser {
             return Err(malformed(event, "no PMU name before `/`"));
         }
         let Some(pmu) = self.pmus.get(pmu_name) else {
+            if matches!(pmu_name, "cpu" | "cpu_core" | "cpu_atom")
+                && !self.pmus.pmus().iter().any(Pmu::is_core)
+            {
+                return Err(Error::NoHardwarePmu { event: event.to_string() });
+            }
             return Err(Error::UnknownPmu {
                 name: pmu_name.to_string(),
                 event: event.to_string(),

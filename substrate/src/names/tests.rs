@@ -503,6 +503,10 @@ fn malformed_terms_unknown_pmus_and_terms() {
     assert!(matches!(err(&p, "r123456789abcdef01"), Error::Malformed { .. }));
     let e = err(&p, "cpu/period=100000/").to_string();
     assert!(e.contains("`period`"), "{e}");
+    let mut no_core = Parser::new(PmuSet::discover_at(fixtures().join("sysfs/broken")).unwrap());
+    no_core.tracefs_at(None);
+    let e = err(&no_core, "cpu/event=0xc0/").to_string();
+    assert!(e.contains("no hardware PMU is exposed"), "{e}");
     match err(&p, "cpuu/event=0x3c/") {
         Error::UnknownPmu { name, suggestions, .. } => {
             assert_eq!(name, "cpuu");
