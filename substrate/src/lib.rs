@@ -8,13 +8,17 @@
 
 pub mod arch;
 pub mod attr;
+pub mod catalog;
 pub mod clock;
+pub mod elf;
 pub mod error;
 pub mod event;
 pub mod fastread;
 pub mod group;
 pub mod hwinfo;
 pub mod mmap;
+pub mod names;
+pub mod pmu;
 pub mod sys;
 pub mod vclock;
 
@@ -22,3 +26,4 @@ pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
 pub use event::{Count, Counter, Scaling, Target};
 pub use group::{Group, GroupCounts, Member};
+pub use names::{Parser, parse_event};
