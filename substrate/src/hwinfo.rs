@@ -198,7 +198,7 @@ impl HwInfo {
     }
 
     /// Collects with `/proc` and `/sys` taken under `root` (CPUID and the
-    /// clock always come from this machine).
+    /// clocks always come from this machine).
     pub fn collect_from(root: &Path) -> HwInfo {
         let sys = root.join("sys");
         let id = arch::identity();
