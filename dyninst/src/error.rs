@@ -203,6 +203,10 @@ pub enum Error {
         /// The error.
         source: std::io::Error,
     },
+
+    /// A program, process or module that cannot be listed.
+    #[error(transparent)]
+    Inventory(#[from] crate::inventory::InventoryError),
 }
 
 /// Why the kernel refused `PTRACE_SEIZE`.
