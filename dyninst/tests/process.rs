@@ -11,7 +11,7 @@ use nix::sys::mman::ProtFlags;
 use papirus_dyninst::Error;
 use papirus_dyninst::error::PermissionReason;
 use papirus_dyninst::maps;
-use papirus_dyninst::process::{Exit, Process, Spawn};
+use papirus_dyninst::process::{Exit, Injection, Process, Spawn};
 use papirus_substrate::elf::ElfFile;
 
 const SLEEPER: &str = r#"
@@ -556,10 +556,13 @@ fn inject_library_and_call_it() {
         mark.display()
     );
     let lib = b.cc("libmark.so", &lib_src, &["-shared", "-fPIC"]);
+    let mark2 = b.path("marked2.txt");
+    let lib2 = b.cc("libmark2.so", &lib_src.replace("marked.txt", "marked2.txt"), &["-shared", "-fPIC"]);
     let mut t = Target::start(&exe);
     let pid = t.pid();
     assert!(!maps::read(pid).unwrap().iter().any(|m| m.name.contains("libdl")), "target linked libdl");
 
+    wait_in_read(pid);
     let mut p = Process::attach(pid).unwrap();
     let regs = p.regs(p.worker()).unwrap();
     let lib_handle = p.inject(&lib).unwrap();
@@ -573,11 +576,30 @@ fn inject_library_and_call_it() {
         Err(Error::NotFound { detail, .. }) => assert!(detail.contains("undefined symbol"), "{detail}"),
         other => panic!("expected NotFound, got {other:?}"),
     }
-    match p.inject(&b.path("sleeper.c")) {
-        Err(Error::Dlopen { message, .. }) => assert!(message.contains("sleeper.c"), "{message}"),
-        other => panic!("expected Dlopen, got {other:?}"),
+    // The other way: dlopen on a stopped thread.
+    let lib2_handle = p.inject_with(&lib2, Injection::StoppedThread).unwrap();
+    let f2 = p.dlsym(&lib2_handle, "papirus_mark").unwrap();
+    assert_ne!(f2, f);
+    assert_eq!(p.call(f2, &[7]).unwrap(), 8);
+    assert_eq!(std::fs::read_to_string(&mark2).unwrap(), "marked 7\n");
+    // The fresh thread is gone, its start routine unmapped.
+    assert_eq!(tasks(pid), vec![pid]);
+    for how in [Injection::FreshThread, Injection::StoppedThread] {
+        match p.inject_with(&b.path("sleeper.c"), how) {
+            Err(Error::Dlopen { message, .. }) => {
+                assert!(message.contains("sleeper.c"), "{how:?}: {message}")
+            }
+            other => panic!("expected Dlopen, got {other:?}"),
+        }
     }
+    let anon_exec = |pid| {
+        maps::read(pid).unwrap().iter().filter(|m| m.perms.exec && m.inode == 0 && m.name.is_empty()).count()
+    };
+    assert_eq!(anon_exec(pid), 0, "a start routine page was left mapped");
+    // The process ran during the fresh-thread loads; its main thread is back in read(2).
+    assert_eq!(format!("{:?}", p.regs(p.worker()).unwrap()), format!("{regs:?}"));
     // A call that faults is reported and undone.
+    let regs = p.regs(p.worker()).unwrap();
     match p.call(0x1000, &[]) {
         Err(Error::RemoteFault { signal, rip, .. }) => assert_eq!((signal, rip), (libc::SIGSEGV, 0x1000)),
         other => panic!("expected RemoteFault, got {other:?}"),

@@ -3,17 +3,24 @@
 //! Which `dlopen`: libc's exported `dlopen` (glibc ≥ 2.34), else libdl's when the
 //! target has libdl mapped, else glibc's private `__libc_dlopen_mode`.
 //!
-//! Which thread: `dlopen` takes the loader lock and mallocs, so it must not run
-//! on a thread stopped while holding those locks. We call it on a stopped thread
-//! whose rip is neither in the dynamic loader nor in one of libc's exported
-//! allocator functions; when no thread qualifies, the process runs for a moment
-//! and is stopped again, up to [`MAX_ROUNDS`] times. Residual risk, accepted and
-//! documented: libc's internal allocator functions (`_int_malloc`, absent from a
-//! stripped libc's .dynsym) are not recognised, and another stopped thread may
-//! hold a lock `dlopen` needs, in which case the call times out (registers are
-//! restored and the error says so). A fresh thread created in the target would
-//! remove the second risk at the price of running the whole target during the
-//! load; it is not done here.
+//! Which thread ([`Injection`]): `dlopen` takes the loader lock and mallocs, so it
+//! must not wait for a lock that a *stopped* thread holds.
+//! - [`Injection::FreshThread`] (the default when the target's libc or libpthread
+//!   exports `pthread_create`): a stopped thread only runs `pthread_create` with a
+//!   small start routine written into the target; then the whole process runs
+//!   while the new thread calls `dlopen`, so a lock held by any other thread is
+//!   released as that thread goes on. papirus polls a completion flag, stops the
+//!   process again, and unmaps the routine once no thread executes it.
+//! - [`Injection::StoppedThread`]: `dlopen` is called directly on a stopped
+//!   thread, while the others stay stopped. The target never runs unobserved, but
+//!   a lock held by another stopped thread makes the call time out (registers are
+//!   restored and the error says so).
+//!
+//! Either way the thread that runs our call is chosen with its rip neither in the
+//! dynamic loader nor in one of libc's exported allocator functions; when no
+//! thread qualifies, the process runs for a moment and is stopped again, up to
+//! [`MAX_ROUNDS`] times. Residual risk: libc's internal allocator functions
+//! (`_int_malloc`, absent from a stripped libc's .dynsym) are not recognised.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -34,6 +41,15 @@ const MAX_ROUNDS: usize = 50;
 /// How long the target runs between attempts.
 const PAUSE: Duration = Duration::from_millis(2);
 
+/// Which thread runs `dlopen` (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injection {
+    /// A new thread created in the target with `pthread_create`, the process running.
+    FreshThread,
+    /// A stopped thread, the rest of the process stopped.
+    StoppedThread,
+}
+
 /// A library loaded into the target.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Library {
@@ -53,9 +69,16 @@ struct Loader {
 }
 
 impl Process {
-    /// Loads `library` into the target with `dlopen(path, RTLD_NOW)` and returns its handle.
-    /// The path is made absolute first (the target's working directory differs).
+    /// Loads `library` into the target with `dlopen(path, RTLD_NOW)` and returns its
+    /// handle: from a fresh thread when the target has `pthread_create`, else from a
+    /// stopped thread. The path is made absolute first (the target's working directory differs).
     pub fn inject(&mut self, library: &Path) -> Result<Library> {
+        let how = if self.threading()?.is_some() { Injection::FreshThread } else { Injection::StoppedThread };
+        self.inject_with(library, how)
+    }
+
+    /// Like [`Process::inject`], choosing the thread that runs `dlopen`.
+    pub fn inject_with(&mut self, library: &Path, how: Injection) -> Result<Library> {
         let path = std::path::absolute(library)
             .map_err(|source| Error::Io { path: library.to_path_buf(), source })?;
         if !path.is_file() {
@@ -63,6 +86,15 @@ impl Process {
         }
         let loader = self.loader()?;
         self.pick_safe_worker()?;
+        if how == Injection::FreshThread {
+            let threading = self.threading()?.ok_or_else(|| Error::NotFound {
+                what: "pthread_create".into(),
+                pid: self.pid,
+                detail: "neither libc nor a mapped libpthread exports it: use Injection::StoppedThread"
+                    .into(),
+            })?;
+            return self.inject_fresh(path, &loader, threading);
+        }
         let arg = self.remote_string(path.as_os_str().as_encoded_bytes())?;
         let handle = self.call(loader.dlopen, &[arg, RTLD_NOW | loader.extra_mode]);
         let unmapped = self.munmap(arg, 4096);
@@ -78,6 +110,8 @@ impl Process {
     /// The address of `symbol` in a library loaded by [`Process::inject`] (`dlsym` in the target).
     pub fn dlsym(&mut self, library: &Library, symbol: &str) -> Result<u64> {
         let loader = self.loader()?;
+        // dlsym takes the loader lock too.
+        self.pick_safe_worker()?;
         let arg = self.remote_string(symbol.as_bytes())?;
         let addr = self.call(loader.dlsym, &[library.handle, arg]);
         let unmapped = self.munmap(arg, 4096);
@@ -263,5 +297,232 @@ impl Danger {
 
     fn contains(&self, rip: u64) -> bool {
         self.ranges.iter().any(|&(s, e)| (s..e).contains(&rip))
+    }
+}
+
+/// `pthread_create` and `pthread_detach` in the target.
+#[derive(Debug, Clone, Copy)]
+struct Threading {
+    create: u64,
+    detach: u64,
+}
+
+/// Layout of the data pages shared with the start routine.
+mod slot {
+    pub const DLOPEN: u64 = 0;
+    pub const DLERROR: u64 = 8;
+    pub const MODE: u64 = 16;
+    pub const HANDLE: u64 = 24;
+    pub const DONE: u64 = 40;
+    pub const THREAD: u64 = 64;
+    pub const MESSAGE: u64 = 256;
+    pub const MESSAGE_MAX: u32 = 4096 - 256 - 1;
+    pub const PATH: u64 = 4096;
+    pub const DATA_LEN: u64 = 8192;
+}
+
+/// The start routine, `void *start(void *data)` with data = the slot pages:
+/// `handle = dlopen(path, mode)`; on failure copy `dlerror()`'s text into the
+/// pages (the string lives in the thread's own buffer, freed when it exits);
+/// then set the done flag and return NULL, ending the thread.
+fn start_routine() -> Vec<u8> {
+    let mut c = Vec::new();
+    let mut patch = Vec::new(); // (offset of a rel8 byte, label)
+    let rel8 = |c: &mut Vec<u8>, patch: &mut Vec<(usize, &'static str)>, op: u8, label: &'static str| {
+        c.extend_from_slice(&[op, 0]);
+        patch.push((c.len() - 1, label));
+    };
+    let le32 = |v: u32| v.to_le_bytes();
+    c.push(0x53); // push rbx (rsp 16-aligned for the calls below)
+    c.extend_from_slice(&[0x48, 0x89, 0xfb]); // mov rbx, rdi
+    c.extend_from_slice(&[0x48, 0x8d, 0xbb]); // lea rdi, [rbx + PATH]
+    c.extend_from_slice(&le32(slot::PATH as u32));
+    c.extend_from_slice(&[0x48, 0x8b, 0x73, slot::MODE as u8]); // mov rsi, [rbx + MODE]
+    c.extend_from_slice(&[0xff, 0x53, slot::DLOPEN as u8]); // call [rbx + DLOPEN]
+    c.extend_from_slice(&[0x48, 0x89, 0x43, slot::HANDLE as u8]); // mov [rbx + HANDLE], rax
+    c.extend_from_slice(&[0x48, 0x85, 0xc0]); // test rax, rax
+    rel8(&mut c, &mut patch, 0x75, "done"); // jnz done
+    c.extend_from_slice(&[0x48, 0x8b, 0x43, slot::DLERROR as u8]); // mov rax, [rbx + DLERROR]
+    c.extend_from_slice(&[0x48, 0x85, 0xc0]); // test rax, rax
+    rel8(&mut c, &mut patch, 0x74, "done"); // jz done
+    c.extend_from_slice(&[0xff, 0xd0]); // call rax
+    c.extend_from_slice(&[0x48, 0x85, 0xc0]); // test rax, rax
+    rel8(&mut c, &mut patch, 0x74, "done"); // jz done
+    c.extend_from_slice(&[0x48, 0x89, 0xc6]); // mov rsi, rax
+    c.extend_from_slice(&[0x48, 0x8d, 0xbb]); // lea rdi, [rbx + MESSAGE]
+    c.extend_from_slice(&le32(slot::MESSAGE as u32));
+    c.push(0xb9); // mov ecx, MESSAGE_MAX
+    c.extend_from_slice(&le32(slot::MESSAGE_MAX));
+    let copy = c.len();
+    c.extend_from_slice(&[0x8a, 0x06]); // mov al, [rsi]
+    c.extend_from_slice(&[0x88, 0x07]); // mov [rdi], al
+    c.extend_from_slice(&[0x84, 0xc0]); // test al, al
+    rel8(&mut c, &mut patch, 0x74, "done"); // jz done
+    c.extend_from_slice(&[0x48, 0xff, 0xc6]); // inc rsi
+    c.extend_from_slice(&[0x48, 0xff, 0xc7]); // inc rdi
+    c.extend_from_slice(&[0xff, 0xc9]); // dec ecx
+    rel8(&mut c, &mut patch, 0x75, "copy"); // jnz copy
+    let done = c.len();
+    c.extend_from_slice(&[0x48, 0xc7, 0x43, slot::DONE as u8, 1, 0, 0, 0]); // mov qword [rbx + DONE], 1
+    c.extend_from_slice(&[0x31, 0xc0]); // xor eax, eax
+    c.push(0x5b); // pop rbx
+    c.push(0xc3); // ret
+    for (at, label) in patch {
+        let target = if label == "done" { done } else { copy };
+        c[at] = (target as i64 - (at as i64 + 1)) as i8 as u8;
+    }
+    c
+}
+
+impl Process {
+    fn threading(&self) -> Result<Option<Threading>> {
+        let mappings = self.mappings()?;
+        for module in ["libc.so", "libpthread.so"] {
+            let Some(m) = find_module(&mappings, module) else { continue };
+            let (elf, bias) = open_module(m)?;
+            let at = |name: &str| elf.lookup_function(name).ok().map(|s| bias.wrapping_add(s.address));
+            if let (Some(create), Some(detach)) = (at("pthread_create"), at("pthread_detach")) {
+                return Ok(Some(Threading { create, detach }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `dlopen` from a new thread while the process runs; see the module documentation.
+    fn inject_fresh(&mut self, path: PathBuf, loader: &Loader, threading: Threading) -> Result<Library> {
+        let bytes = path.as_os_str().as_encoded_bytes();
+        if bytes.len() >= 4096 || bytes.contains(&0) {
+            return Err(Error::InvalidArgument {
+                what: "a library path longer than 4095 bytes or containing NUL".into(),
+            });
+        }
+        let rw = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        let data = self.mmap_anywhere(slot::DATA_LEN, rw)?;
+        let code = match self.mmap_anywhere(4096, rw) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.munmap(data, slot::DATA_LEN);
+                return Err(e);
+            }
+        };
+        let out = self.fresh_thread_dlopen(data, code, bytes, loader, threading);
+        // A thread still inside the routine (a timeout) would crash on unmapped code: leave the pages then.
+        if !matches!(out, Err(Error::Timeout { .. })) {
+            let a = self.munmap(code, 4096);
+            let b = self.munmap(data, slot::DATA_LEN);
+            if out.is_ok() {
+                a?;
+                b?;
+            }
+        }
+        match out? {
+            Ok(handle) => Ok(Library { handle, path }),
+            Err(message) => Err(Error::Dlopen { path, pid: self.pid, message }),
+        }
+    }
+
+    /// The handle, or dlerror()'s text.
+    fn fresh_thread_dlopen(
+        &mut self,
+        data: u64,
+        code: u64,
+        path: &[u8],
+        loader: &Loader,
+        t: Threading,
+    ) -> Result<Result<u64, String>> {
+        let mut head = vec![0u8; 256];
+        for (at, v) in [
+            (slot::DLOPEN, loader.dlopen),
+            (slot::DLERROR, loader.dlerror.unwrap_or(0)),
+            (slot::MODE, RTLD_NOW | loader.extra_mode),
+        ] {
+            head[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        self.write_memory(data, &head)?;
+        let mut z = path.to_vec();
+        z.push(0);
+        self.write_memory(data + slot::PATH, &z)?;
+        self.write_memory(code, &start_routine())?;
+        self.mprotect(code, 4096, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)?;
+        let before = self.threads();
+        let r = self.call(t.create, &[data + slot::THREAD, 0, code, data])?;
+        if r != 0 {
+            return Err(Error::RemoteSyscall {
+                name: "pthread_create",
+                pid: self.pid,
+                errno: nix::errno::Errno::from_raw(r as i32),
+            });
+        }
+        // Followed through its clone event, the new thread is already one of ours.
+        let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
+        let thread = self.read_u64(data + slot::THREAD)?;
+        self.call(t.detach, &[thread])?;
+        // Done once the flag is set and the thread has exited: then no thread can
+        // be executing the routine, and its pages can go.
+        self.run_until(|p| {
+            p.read_u64(data + slot::DONE).is_ok_and(|d| d != 0)
+                && fresh.iter().all(|t| !p.threads.contains_key(t))
+        })?;
+        match self.read_u64(data + slot::HANDLE)? {
+            0 => match self.read_cstr(data + slot::MESSAGE, slot::MESSAGE_MAX as usize)? {
+                m if m.is_empty() => Ok(Err("dlopen returned NULL".into())),
+                m => Ok(Err(m)),
+            },
+            handle => Ok(Ok(handle)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+
+    use super::*;
+
+    #[test]
+    fn start_routine_decodes_as_written() {
+        let code = start_routine();
+        let mut d = Decoder::with_ip(64, &code, 0, DecoderOptions::NONE);
+        let mut f = IntelFormatter::new();
+        let mut text = Vec::new();
+        for ins in &mut d {
+            assert!(!ins.is_invalid());
+            let mut s = String::new();
+            f.format(&ins, &mut s);
+            text.push(s);
+        }
+        // Branch targets: 0x3a is `mov al,[rsi]` (copy), 0x4c the done-flag store.
+        let expect = [
+            "push rbx",
+            "mov rbx,rdi",
+            "lea rdi,[rbx+1000h]",
+            "mov rsi,[rbx+10h]",
+            "call qword ptr [rbx]",
+            "mov [rbx+18h],rax",
+            "test rax,rax",
+            "jne short 000000000000004Ch",
+            "mov rax,[rbx+8]",
+            "test rax,rax",
+            "je short 000000000000004Ch",
+            "call rax",
+            "test rax,rax",
+            "je short 000000000000004Ch",
+            "mov rsi,rax",
+            "lea rdi,[rbx+100h]",
+            "mov ecx,0EFFh",
+            "mov al,[rsi]",
+            "mov [rdi],al",
+            "test al,al",
+            "je short 000000000000004Ch",
+            "inc rsi",
+            "inc rdi",
+            "dec ecx",
+            "jne short 000000000000003Ah",
+            "mov qword ptr [rbx+28h],1",
+            "xor eax,eax",
+            "pop rbx",
+            "ret",
+        ];
+        assert_eq!(text, expect);
     }
 }

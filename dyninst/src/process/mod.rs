@@ -34,7 +34,7 @@ use nix::unistd::Pid;
 
 use crate::error::{Error, PermissionReason, Result};
 
-pub use inject::Library;
+pub use inject::{Injection, Library};
 pub use regs::{Regs, XState};
 pub use spawn::Spawn;
 use wait::Event;
@@ -241,6 +241,69 @@ impl Process {
     pub fn run_for(&mut self, pause: Duration) -> Result<()> {
         self.resume_all()?;
         std::thread::sleep(pause);
+        self.stop_all()
+    }
+
+    /// Lets the whole process run until `done` holds (polled every ≤ 200 µs) or the
+    /// timeout passes, then stops it again. Meanwhile every stop is served at once:
+    /// signals are delivered, new threads followed, exiting threads let go.
+    fn run_until(&mut self, mut done: impl FnMut(&Self) -> bool) -> Result<()> {
+        self.resume_all()?;
+        let deadline = Instant::now() + self.timeout;
+        let mut pause = Duration::from_micros(20);
+        while !done(self) {
+            if Instant::now() >= deadline {
+                self.stop_all()?;
+                return Err(Error::Timeout {
+                    what: "finish the injected code",
+                    tid: self.pid,
+                    timeout_ms: self.timeout.as_millis() as u64,
+                });
+            }
+            let tids: Vec<i32> = self.threads.keys().copied().collect();
+            for tid in tids {
+                let status = match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+                    Ok(Some(status)) => status,
+                    Ok(None) => continue,
+                    Err(Errno::ECHILD) => {
+                        self.threads.remove(&tid);
+                        continue;
+                    }
+                    Err(errno) => return Err(Error::Ptrace { op: "waitpid", tid, errno }),
+                };
+                let sig = match wait::classify(tid, status) {
+                    Event::Signal(sig) => sig,
+                    Event::Stopped => 0,
+                    Event::Clone(new) => {
+                        self.threads.entry(new).or_default();
+                        0
+                    }
+                    Event::Exiting(status) => {
+                        self.thread(tid).exit = Some(status);
+                        0
+                    }
+                    Event::Gone(status) => {
+                        self.threads.remove(&tid);
+                        if tid == self.pid {
+                            return Err(self.exited("a run of the whole process", status));
+                        }
+                        continue;
+                    }
+                    Event::Exec => {
+                        return Err(
+                            self.exited("a run of the whole process (it called execve)", Exit::Unknown)
+                        );
+                    }
+                };
+                if let Err(errno) = sys::ptrace(libc::PTRACE_CONT, tid, 0, sig as u64)
+                    && errno != Errno::ESRCH
+                {
+                    return Err(Error::Ptrace { op: "PTRACE_CONT", tid, errno });
+                }
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_micros(200));
+        }
         self.stop_all()
     }
 

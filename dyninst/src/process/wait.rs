@@ -60,7 +60,7 @@ pub(super) fn event(tid: i32, deadline: Instant) -> Result<Option<Event>> {
     Ok(Some(classify(tid, status)))
 }
 
-fn classify(tid: i32, status: i32) -> Event {
+pub(super) fn classify(tid: i32, status: i32) -> Event {
     if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
         return Event::Gone(Exit::from_wait_status(status));
     }
