@@ -104,6 +104,33 @@ int main(void) {
 }
 "#;
 
+/// A thread that nearly always holds the loader's write lock (dl_iterate_phdr
+/// keeps it across its callbacks), which dlopen also takes.
+const LOCKER: &str = r#"
+#define _GNU_SOURCE
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static int slow(struct dl_phdr_info *i, size_t n, void *d) { (void)i; (void)n; (void)d; usleep(2000); return 1; }
+static void *locker(void *a) { for (;;) dl_iterate_phdr(slow, 0); return a; }
+int main(void) {
+    char buf[256];
+    pthread_t t;
+    pthread_create(&t, 0, locker, 0);
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n <= 0) break;
+        fwrite(buf, 1, n, stdout);
+        fflush(stdout);
+    }
+    printf("bye\n");
+    return 0;
+}
+"#;
+
 /// Counts real-time signals it sends itself; queued signals do not merge, so every one counts.
 const SIGNALS: &str = r#"
 #include <pthread.h>
@@ -609,6 +636,41 @@ fn inject_library_and_call_it() {
     assert_not_stopped(pid);
     t.send("still here\n");
     assert_eq!(t.line(), "still here");
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
+    assert!(status.success());
+}
+
+#[test]
+fn fresh_thread_injection_survives_a_lock_held_by_another_thread() {
+    let b = Built::new();
+    let exe = b.cc("locker", LOCKER, &[]);
+    let lib = b.cc("libempty.so", "int papirus_empty(void) { return 5; }\n", &["-shared", "-fPIC"]);
+
+    // A stopped thread cannot take the lock the (stopped) locker holds: a clear timeout.
+    let mut t = Target::start(&exe);
+    wait_in_read(t.pid());
+    let mut p = Process::attach(t.pid()).unwrap();
+    p.set_timeout(Duration::from_millis(500));
+    match p.inject_with(&lib, Injection::StoppedThread) {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    drop(p);
+    assert_not_stopped(t.pid());
+    t.send("alive\n");
+    assert_eq!(t.line(), "alive");
+    drop(t);
+
+    // A fresh thread waits while the locker runs on and lets the lock go.
+    let mut t = Target::start(&exe);
+    let mut p = Process::attach(t.pid()).unwrap();
+    let l = p.inject_with(&lib, Injection::FreshThread).unwrap();
+    let f = p.dlsym(&l, "papirus_empty").unwrap();
+    assert_eq!(p.call(f, &[]).unwrap(), 5);
+    drop(p);
+    t.send("alive\n");
+    assert_eq!(t.line(), "alive");
     let (rest, status) = t.finish();
     assert_eq!(rest, "bye\n");
     assert!(status.success());
