@@ -649,15 +649,25 @@ fn fresh_thread_injection_survives_a_lock_held_by_another_thread() {
 
     // A stopped thread cannot take the lock the (stopped) locker holds: a clear timeout.
     let mut t = Target::start(&exe);
-    wait_in_read(t.pid());
-    let mut p = Process::attach(t.pid()).unwrap();
+    let pid = t.pid();
+    wait_in_read(pid);
+    let locker = *tasks(pid).iter().find(|&&tid| tid != pid).unwrap();
+    // Stopped while the locker sleeps in its callback (clock_nanosleep), so it holds the lock.
+    let mut p = (0..1000)
+        .find_map(|_| {
+            let p = Process::attach(pid).unwrap();
+            let sc =
+                std::fs::read_to_string(format!("/proc/{pid}/task/{locker}/syscall")).unwrap_or_default();
+            sc.starts_with(&format!("{} ", libc::SYS_clock_nanosleep)).then_some(p)
+        })
+        .expect("never caught the locker inside its callback");
     p.set_timeout(Duration::from_millis(500));
     match p.inject_with(&lib, Injection::StoppedThread) {
         Err(Error::Timeout { .. }) => {}
         other => panic!("expected a timeout, got {other:?}"),
     }
     drop(p);
-    assert_not_stopped(t.pid());
+    assert_not_stopped(pid);
     t.send("alive\n");
     assert_eq!(t.line(), "alive");
     drop(t);
