@@ -1,6 +1,7 @@
 //! Attach + stop every thread + detach on a 4-thread spinning process, against
-//! the baseline of one PTRACE_SEIZE + PTRACE_INTERRUPT + wait + PTRACE_DETACH of
-//! a single spinning thread of the same process, in the same run.
+//! two baselines in the same run: one PTRACE_SEIZE + PTRACE_INTERRUPT + wait +
+//! PTRACE_DETACH of a single spinning thread, and the same raw requests on all
+//! five threads with blocking waits (no /proc scans, no timeouts, no re-scan).
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -51,6 +52,21 @@ fn bench(c: &mut Criterion) {
             ptrace::interrupt(tid).expect("interrupt");
             waitpid(tid, Some(WaitPidFlag::__WALL)).expect("wait");
             ptrace::detach(tid, None).expect("detach");
+        })
+    });
+    let all = task_ids();
+    g.bench_function("baseline: raw seize+interrupt all 5 threads, blocking waits, detach", |b| {
+        b.iter(|| {
+            for &t in &all {
+                ptrace::seize(Pid::from_raw(t), Options::empty()).expect("seize");
+                ptrace::interrupt(Pid::from_raw(t)).expect("interrupt");
+            }
+            for &t in &all {
+                waitpid(Pid::from_raw(t), Some(WaitPidFlag::__WALL)).expect("wait");
+            }
+            for &t in &all {
+                ptrace::detach(Pid::from_raw(t), None).expect("detach");
+            }
         })
     });
     g.bench_function("Process::attach + drop, 4 spinning threads + main", |b| {
