@@ -7,8 +7,13 @@
 #![deny(unsafe_code)]
 
 pub mod attr;
+pub mod elf;
 pub mod error;
+pub mod event;
+pub mod group;
 pub mod sys;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
+pub use event::{Count, Counter, Scaling, Target};
+pub use group::{Group, GroupCounts, Member};
