@@ -7,10 +7,13 @@
 #![deny(unsafe_code)]
 
 pub mod attr;
+pub mod catalog;
 pub mod elf;
 pub mod error;
 pub mod event;
 pub mod group;
+pub mod names;
+pub mod pmu;
 pub mod sys;
 
 pub use attr::{Domain, EventAttr, Kind};
