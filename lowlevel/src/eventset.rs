@@ -542,13 +542,13 @@ impl EventSet {
     /// Restricts counting to one CPU (`None`: any CPU).
     pub fn set_cpu(&mut self, cpu: Option<u32>) -> Result<()> {
         let cpus = self.lib.machine().cpus;
-        if let Some(c) = cpu {
-            if c as usize >= cpus {
-                return Err(Error::Invalid {
-                    what: "cpu",
-                    reason: format!("CPU {c} does not exist: this machine has CPUs 0-{}", cpus - 1),
-                });
-            }
+        if let Some(c) = cpu
+            && c as usize >= cpus
+        {
+            return Err(Error::Invalid {
+                what: "cpu",
+                reason: format!("CPU {c} does not exist: this machine has CPUs 0-{}", cpus - 1),
+            });
         }
         self.set_option(|o| {
             o.cpu = cpu;
@@ -955,4 +955,258 @@ fn preset_entry(name: &str, code: u32, def: &Definition) -> Result<Entry> {
         },
         attrs,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use papirus_substrate::attr::consts::{PERF_TYPE_RAW, PERF_TYPE_SOFTWARE};
+
+    use super::*;
+    use crate::error::Code;
+    use crate::mock::MockKernel;
+
+    fn lib(counters: usize) -> (Library, std::sync::Arc<MockKernel>) {
+        let k = MockKernel::new(counters);
+        (Library::with_machine(k.clone(), MockKernel::machine(counters)), k)
+    }
+
+    fn code(r: Result<impl fmt::Debug>) -> Code {
+        r.expect_err("expected an error").code()
+    }
+
+    #[test]
+    fn every_rule_is_its_papi_error() {
+        let (lib, _k) = lib(4);
+        let mut s = lib.event_set();
+        assert_eq!(code(s.start()), Code::Einval, "empty set started");
+        assert!(matches!(s.start(), Err(Error::EmptySet)));
+        assert_eq!(code(s.stop()), Code::Enotrun, "stop a stopped set");
+        assert_eq!(code(s.accum(&mut [])), Code::Enotrun, "accum a stopped set");
+        assert_eq!(code(s.add_named("no-such-event")), Code::Enoevnt);
+        assert_eq!(code(s.add_code(0x8000_00f0)), Code::Enoevnt, "nonexistent preset code");
+        assert_eq!(
+            code(s.add_code(0x4000_0000 | 0x3fff_fff0)),
+            Code::Enoevnt,
+            "native code never handed out"
+        );
+        assert_eq!(code(s.add_code(0x1234)), Code::Enoevnt, "not a preset or native code");
+        s.add_named("task-clock").unwrap();
+        assert_eq!(code(s.add_named("task-clock")), Code::Einval, "duplicate");
+        assert_eq!(code(s.remove_named("page-faults")), Code::Einval, "remove an absent event");
+        assert_eq!(code(s.read_into(&mut [0, 0])), Code::Ebuf);
+        assert_eq!(code(s.set_cpu(Some(2))), Code::Einval, "CPU out of range (2 CPUs)");
+        assert_eq!(code(s.attach(0)), Code::Einval);
+        assert_eq!(code(s.attach(i32::MAX)), Code::Esys, "no such process");
+        assert_eq!(code(s.set_granularity(Granularity::System)), Code::Ecombo, "system-wide needs a CPU");
+        assert_eq!(s.options().granularity, Granularity::Thread, "a refused option is not kept");
+
+        s.start().unwrap();
+        assert_eq!(code(s.start()), Code::Eisrun, "start a running set");
+        assert_eq!(code(s.add_named("page-faults")), Code::Eisrun, "add while running");
+        assert_eq!(code(s.remove_named("task-clock")), Code::Eisrun);
+        assert_eq!(code(s.set_multiplex(true)), Code::Eisrun);
+        assert_eq!(code(s.cleanup()), Code::Eisrun);
+        assert_eq!(code(s.write(&[1])), Code::Enosupp);
+        assert!(s.status().running && s.status().bits() == 0x2);
+        s.stop().unwrap();
+        assert_eq!(s.status().bits(), 0x1);
+        s.remove_named("task-clock").unwrap();
+        assert!(s.is_empty());
+        assert_eq!(code(s.start()), Code::Einval);
+    }
+
+    #[test]
+    fn values_are_deltas_since_start_reset_and_accum() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["task-clock", "page-faults"]).unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 100);
+        k.set_value(PERF_TYPE_SOFTWARE, 2, 7);
+        s.start().unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 150);
+        k.set_value(PERF_TYPE_SOFTWARE, 2, 9);
+        assert_eq!(s.read().unwrap(), vec![50, 2]);
+        let mut acc = vec![10, 10];
+        s.accum(&mut acc).unwrap();
+        assert_eq!(acc, vec![60, 12]);
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 170);
+        assert_eq!(s.read().unwrap(), vec![20, 0], "accum reset the counters");
+        s.reset().unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 200);
+        assert_eq!(s.stop().unwrap(), vec![30, 0]);
+        assert_eq!(s.read().unwrap(), vec![30, 0], "a stopped set reads its final values");
+        // One pinned group, leader first.
+        let ev = k.open_events();
+        assert_eq!(ev.len(), 2);
+        assert!(ev[0].leader.is_none() && ev[0].pinned && ev[1].leader == Some(ev[0].id));
+    }
+
+    fn hw(k: &MockKernel, umask_event: u64, v: u64) {
+        k.set_value(PERF_TYPE_RAW, umask_event, v);
+    }
+
+    #[test]
+    fn derived_presets_are_computed_from_one_group() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        // Skylake PAPI_BR_TKN = BR_INST_RETIRED.CONDITIONAL - NOT_TAKEN; PAPI_FP_OPS is a postfix.
+        s.add_named("PAPI_BR_TKN").unwrap();
+        let info = &s.events()[0];
+        assert!(info.preset && info.derivation == Derivation::Sub);
+        assert_eq!(info.terms, vec!["cpu/event=0xc4,umask=0x01/", "cpu/event=0xc4,umask=0x10/"]);
+        s.start().unwrap();
+        hw(&k, 0x01c4, 1000);
+        hw(&k, 0x10c4, 300);
+        assert_eq!(s.read().unwrap(), vec![700]);
+        s.stop().unwrap();
+        s.cleanup().unwrap();
+        s.add_named("PAPI_FP_OPS").unwrap();
+        s.start().unwrap();
+        hw(&k, 0x03c7, 5);
+        hw(&k, 0x04c7, 7);
+        hw(&k, 0x18c7, 11);
+        hw(&k, 0x20c7, 13);
+        assert_eq!(s.stop().unwrap(), vec![5 + 7 * 2 + 11 * 4 + 13 * 8]);
+        assert_eq!(s.groups(), 1);
+        assert_eq!(s.descriptors(), 4);
+    }
+
+    #[test]
+    fn multiplexed_values_are_scaled_and_derived_terms_share_a_group() {
+        let (lib, k) = lib(2);
+        let mut s = lib.event_set();
+        s.set_multiplex(true).unwrap();
+        s.add_all(["PAPI_BR_TKN", "PAPI_TOT_CYC", "PAPI_TOT_INS"]).unwrap();
+        assert_eq!(s.groups(), 3, "one group per event");
+        assert!(s.status().multiplexing && s.status().bits() & 0x40 != 0);
+        assert!(k.open_events().iter().all(|e| !e.pinned), "multiplexed groups are not pinned");
+        s.start().unwrap();
+        hw(&k, 0x01c4, 1000);
+        hw(&k, 0x10c4, 300);
+        hw(&k, 0x3c, 2_000);
+        hw(&k, 0xc0, 900);
+        // The kernel ran the branch group half, cycles a quarter, instructions never.
+        k.set_times_nth_group(0, 2_000, 1_000);
+        k.set_times_nth_group(1, 2_000, 500);
+        k.set_times_nth_group(2, 2_000, 0);
+        let d = s.read_detailed().unwrap();
+        assert_eq!(d[0].raw, 700);
+        assert_eq!(d[0].value, 1400, "the difference is scaled once, never negative");
+        assert_eq!(d[0].scaling(), Scaling::Scaled { factor: 2.0 });
+        assert_eq!((d[1].value, d[1].raw), (8_000, 2_000));
+        assert_eq!((d[1].time_enabled, d[1].time_running), (2_000, 500));
+        assert_eq!(d[2].value, 0);
+        assert_eq!(d[2].scaling(), Scaling::NeverScheduled);
+        s.stop().unwrap();
+    }
+
+    #[test]
+    fn a_set_that_does_not_fit_the_counters_fails_to_add() {
+        let (lib, _k) = lib(4);
+        let mut s = lib.event_set();
+        for c in ["r01c4", "r02c4", "r04c4", "r08c4"] {
+            s.add_named(c).unwrap();
+        }
+        let e = s.add_named("r10c4").unwrap_err();
+        assert_eq!(e.code(), Code::Ecnflct);
+        assert!(e.to_string().contains("multiplexing"), "{e}");
+        assert_eq!(s.len(), 4, "the failed add leaves the set as it was");
+        assert_eq!(s.descriptors(), 4);
+        // Software events do not use hardware counters.
+        s.add_named("task-clock").unwrap();
+        s.set_multiplex(true).unwrap();
+        s.add_named("r10c4").unwrap();
+        assert_eq!(s.groups(), 6);
+    }
+
+    #[test]
+    fn a_group_the_kernel_cannot_schedule_fails_to_add() {
+        // The machine claims 4 counters, the PMU has 2 free: PAPI's add-time check catches it.
+        let k = MockKernel::new(2);
+        let lib = Library::with_machine(k.clone(), MockKernel::machine(4));
+        let mut s = lib.event_set();
+        s.add_all(["r01c4", "r02c4"]).unwrap();
+        let e = s.add_named("r04c4").unwrap_err();
+        assert_eq!(e.code(), Code::Ecnflct, "{e}");
+        assert!(e.to_string().contains("could not put"), "{e}");
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn running_sets_conflict_only_over_hardware_counters() {
+        let (lib, _k) = lib(3);
+        let mut a = lib.event_set();
+        a.add_all(["r01c4", "r02c4"]).unwrap();
+        let mut b = lib.event_set();
+        b.add_all(["r04c4", "r08c4"]).unwrap();
+        a.start().unwrap();
+        let e = b.start().unwrap_err();
+        assert_eq!(e.code(), Code::Ecnflct, "{e}");
+        assert!(e.to_string().contains("hold 2 of the 3"), "{e}");
+        a.stop().unwrap();
+        b.start().unwrap();
+        // Two software sets run at once on one thread.
+        let mut c = lib.event_set();
+        c.add_named("task-clock").unwrap();
+        let mut d = lib.event_set();
+        d.add_named("task-clock").unwrap();
+        c.start().unwrap();
+        d.start().unwrap();
+        drop(b); // releases its counters while running
+        a.start().unwrap();
+    }
+
+    #[test]
+    fn options_reach_the_kernel() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["task-clock", "page-faults"]).unwrap();
+        s.set_granularity(Granularity::Process).unwrap();
+        assert!(k.open_events().iter().all(|e| e.inherit && e.pid == 0 && e.cpu == -1));
+        s.set_cpu(Some(1)).unwrap();
+        assert!(k.open_events().iter().all(|e| e.cpu == 1));
+        let me = std::process::id() as i32;
+        s.attach(me).unwrap();
+        assert!(s.status().attached && s.status().bits() & 0x80 != 0);
+        assert!(k.open_events().iter().all(|e| e.pid == me && e.cpu == 1));
+        assert_eq!(code(s.set_granularity(Granularity::System)), Code::Ecombo);
+        s.detach().unwrap();
+        s.set_granularity(Granularity::System).unwrap();
+        assert!(s.status().cpu_attached && s.status().bits() & 0x100 != 0);
+        assert!(k.open_events().iter().all(|e| e.pid == -1 && e.cpu == 1));
+        s.set_domain(Some(Domain::ALL)).unwrap();
+        assert_eq!(s.options().domain, Some(Domain::ALL));
+    }
+
+    #[test]
+    fn kernel_refusals_keep_the_set_usable() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_named("task-clock").unwrap();
+        k.fail_open_config(2, libc::EACCES);
+        let e = s.add_named("page-faults").unwrap_err();
+        assert_eq!(e.code(), Code::Eperm, "{e}");
+        k.fail_open_config(0x4242, libc::ENOSPC);
+        assert_eq!(s.add_named("r4242").unwrap_err().code(), Code::Ecnflct);
+        assert_eq!(s.len(), 1);
+        s.start().unwrap();
+        assert_eq!(s.stop().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn dropping_a_running_set_disables_and_closes_everything() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["task-clock", "page-faults", "PAPI_BR_TKN"]).unwrap();
+        assert_eq!(k.live_fds(), 4);
+        s.start().unwrap();
+        let before = k.ioctls().len();
+        drop(s);
+        assert_eq!(k.ioctls()[before..], [papirus_substrate::sys::Ioctl::Disable { group: true }]);
+        assert_eq!(k.live_fds(), 0);
+        let mut s = lib.event_set();
+        s.add_named("task-clock").unwrap();
+        s.destroy().unwrap();
+        assert_eq!(k.live_fds(), 0);
+    }
 }

@@ -24,6 +24,8 @@ pub mod derived;
 pub mod error;
 pub mod eventset;
 pub mod library;
+#[cfg(test)]
+mod mock;
 pub mod native;
 pub mod preset;
 

@@ -165,10 +165,11 @@ impl Library {
         let mut map = self.running();
         let list = map.entry(target).or_default();
         let used: usize = list.iter().map(|&(_, n)| n).sum();
-        if let Some(limit) = self.0.machine.hw_counters {
-            if hw > 0 && used + hw > limit {
-                return Err(used);
-            }
+        if let Some(limit) = self.0.machine.hw_counters
+            && hw > 0
+            && used + hw > limit
+        {
+            return Err(used);
         }
         list.push((set, hw));
         Ok(())
