@@ -303,10 +303,7 @@ impl EventSet {
         if defs.is_empty() {
             return Err(Error::PresetUnavailable {
                 name: name.to_string(),
-                reason: format!(
-                    "papirus has no definition of it for {} or as a generic perf event; see papirus-avail -e {name}",
-                    machine.cpu
-                ),
+                reason: format!("no definition for {} and no generic perf one", machine.cpu),
             });
         }
         let mut last = None;
