@@ -84,8 +84,10 @@ pub struct NativeStatus {
 
 /// Every native event, each opened when `check` is set.
 pub fn native_statuses(check: bool) -> crate::Result<Vec<NativeStatus>> {
-    let mut list: Vec<NativeStatus> =
-        native::enumerate()?.into_iter().map(|event| NativeStatus { event, counts: None, reason: None }).collect();
+    let mut list: Vec<NativeStatus> = native::enumerate()?
+        .into_iter()
+        .map(|event| NativeStatus { event, counts: None, reason: None })
+        .collect();
     if check {
         list.iter_mut().for_each(check_one);
     }

@@ -214,7 +214,11 @@ mod tests {
     #[test]
     fn modifiers_are_recognised() {
         assert!(has_modifier("cycles:u") && has_modifier("cpu/event=0x3c/uk") && has_modifier("cs:k"));
-        assert!(!has_modifier("task-clock") && !has_modifier("msr/tsc/") && !has_modifier("syscalls:sys_enter_write"));
+        assert!(
+            !has_modifier("task-clock")
+                && !has_modifier("msr/tsc/")
+                && !has_modifier("syscalls:sys_enter_write")
+        );
         assert!(!has_modifier("mem:0x401126:x"));
         // Without a modifier, scheduler events count every domain (user only would count 0).
         let cs = resolve("context-switches").unwrap();

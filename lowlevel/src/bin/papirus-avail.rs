@@ -59,7 +59,10 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
     }
     let m = lib.machine();
     println!("{}", "=".repeat(100));
-    println!("{:<13} {:<10} {:<5} {:<5} {:<45} Reason / note", "Name", "Code", "Avail", "Deriv", "Description");
+    println!(
+        "{:<13} {:<10} {:<5} {:<5} {:<45} Reason / note",
+        "Name", "Code", "Avail", "Deriv", "Description"
+    );
     for s in &statuses {
         let note = if s.available {
             s.definition.as_ref().and_then(|d| d.note.clone()).unwrap_or_default()
@@ -117,7 +120,10 @@ fn offered() -> Vec<(String, Vec<String>)> {
     if tracepoints > 0 {
         out.push(("tracepoint".into(), vec![format!("{tracepoints} tracepoints (syscalls:*, sched:*, …)")]));
     }
-    out.push(("breakpoint".into(), vec!["mem:ADDR[/LEN][:rwx] and mem:SYMBOL:x (4 debug registers per thread)".into()]));
+    out.push((
+        "breakpoint".into(),
+        vec!["mem:ADDR[/LEN][:rwx] and mem:SYMBOL:x (4 debug registers per thread)".into()],
+    ));
     out.push(("uprobe".into(), vec!["uprobe:PATH:SYMBOL[+OFF], uretprobe:PATH:SYMBOL".into()]));
     out
 }
@@ -148,14 +154,23 @@ fn one(lib: &Library, name: &str, json: bool) -> papirus_lowlevel::Result<ExitCo
     }
     for (i, d) in s.candidates.iter().enumerate() {
         let used = s.available && s.definition.as_ref() == Some(d);
-        println!("\nDefinition {}{} (presets.csv line {}):", i + 1, if used { ", in use" } else { "" }, d.line);
+        println!(
+            "\nDefinition {}{} (presets.csv line {}):",
+            i + 1,
+            if used { ", in use" } else { "" },
+            d.line
+        );
         println!("  derived:  {}", d.derivation.papi_name());
         println!("  formula:  {}", d.formula());
         for (k, t) in d.terms.iter().enumerate() {
             let enc = match t {
-                Term::Core { .. } => t.core_attr().map_or(String::new(), |a| format!("raw config {:#x}", a.config_value())),
+                Term::Core { .. } => {
+                    t.core_attr().map_or(String::new(), |a| format!("raw config {:#x}", a.config_value()))
+                }
                 Term::Perf { name } => match papirus_lowlevel::native::resolve(name) {
-                    Ok(r) => format!("type {} config {:#x}", r.parsed.attr.type_(), r.parsed.attr.config_value()),
+                    Ok(r) => {
+                        format!("type {} config {:#x}", r.parsed.attr.type_(), r.parsed.attr.config_value())
+                    }
                     Err(e) => e.to_string(),
                 },
             };

@@ -57,7 +57,8 @@ fn main() -> ExitCode {
         }
     }
     if args.json {
-        let out = json!({ "format_version": FORMAT_VERSION, "events": list, "tracepoints_not_checked": skipped });
+        let out =
+            json!({ "format_version": FORMAT_VERSION, "events": list, "tracepoints_not_checked": skipped });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return ExitCode::SUCCESS;
     }
@@ -72,8 +73,11 @@ fn main() -> ExitCode {
             Some(false) => format!("  [no: {}]", s.reason.as_deref().unwrap_or("")),
             None => String::new(),
         };
-        let aliases =
-            if s.event.aliases.is_empty() { String::new() } else { format!(" (also {})", s.event.aliases.join(", ")) };
+        let aliases = if s.event.aliases.is_empty() {
+            String::new()
+        } else {
+            format!(" (also {})", s.event.aliases.join(", "))
+        };
         println!("| {:<40} {:#010x}{aliases}{check}", s.event.name, s.event.code);
         if !s.event.description.is_empty() {
             println!("|     {}", s.event.description);

@@ -63,7 +63,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn build(lib: &Library, args: &Args, events: &[String], attach: Option<i32>) -> papirus_lowlevel::Result<EventSet> {
+fn build(
+    lib: &Library,
+    args: &Args,
+    events: &[String],
+    attach: Option<i32>,
+) -> papirus_lowlevel::Result<EventSet> {
     let mut set = lib.event_set();
     set.set_multiplex(args.multiplex)?;
     set.set_granularity(Granularity::Process)?;
@@ -94,7 +99,8 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
                 });
             }
             let tids = threads_of(pid)?;
-            let mut sets = tids.iter().map(|&t| build(&lib, args, &events, Some(t))).collect::<Result<Vec<_>, _>>()?;
+            let mut sets =
+                tids.iter().map(|&t| build(&lib, args, &events, Some(t))).collect::<Result<Vec<_>, _>>()?;
             let t0 = real_nsec();
             for s in &mut sets {
                 s.start()?;
@@ -115,7 +121,12 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
                     }
                 }
             }
-            (format!("process id '{pid}' ({} threads)", tids.len()), totals, real_nsec() - t0, ExitCode::SUCCESS)
+            (
+                format!("process id '{pid}' ({} threads)", tids.len()),
+                totals,
+                real_nsec() - t0,
+                ExitCode::SUCCESS,
+            )
         }
         None => {
             let mut set = build(&lib, args, &events, None)?;
@@ -135,7 +146,12 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
                 (None, Some(sig)) => 128 + sig,
                 _ => 1,
             };
-            (format!("'{}'", args.command.join(" ")), set.read_detailed()?, elapsed, ExitCode::from(code as u8))
+            (
+                format!("'{}'", args.command.join(" ")),
+                set.read_detailed()?,
+                elapsed,
+                ExitCode::from(code as u8),
+            )
         }
     };
     let infos = {
@@ -167,7 +183,8 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
 
 /// The thread ids of process `pid`.
 fn threads_of(pid: i32) -> papirus_lowlevel::Result<Vec<i32>> {
-    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).map_err(|_| papirus_lowlevel::Error::NoSuchProcess { pid })?;
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|_| papirus_lowlevel::Error::NoSuchProcess { pid })?;
     let mut tids: Vec<i32> = dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     tids.sort();
     if tids.is_empty() {
@@ -202,7 +219,8 @@ fn table(label: &str, rows: &[Row], elapsed: u64) -> String {
             note = format!("#  {:.3} CPUs utilized", r.value as f64 / elapsed as f64);
         }
         if r.time_running < r.time_enabled {
-            let pct = if r.time_enabled == 0 { 0.0 } else { 100.0 * r.time_running as f64 / r.time_enabled as f64 };
+            let pct =
+                if r.time_enabled == 0 { 0.0 } else { 100.0 * r.time_running as f64 / r.time_enabled as f64 };
             note.push_str(&format!("  (scaled: counted {pct:.2}% of the time)"));
         }
         out.push_str(&format!("{value:>18} {unit:<5} {:<32} {note}\n", r.name));
