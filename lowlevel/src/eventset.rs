@@ -976,6 +976,12 @@ fn preset_entry(name: &str, code: u32, def: &Definition) -> Result<Entry> {
 mod tests {
     use papirus_substrate::attr::consts::{PERF_TYPE_RAW, PERF_TYPE_SOFTWARE};
 
+    const _: () = {
+        const fn send_sync<T: Send + Sync>() {}
+        send_sync::<EventSet>();
+        send_sync::<Library>();
+    };
+
     use super::*;
     use crate::error::Code;
     use crate::mock::MockKernel;

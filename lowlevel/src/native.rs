@@ -165,6 +165,10 @@ pub struct NativeEvent {
     pub kind: Kind,
     /// What it counts.
     pub description: String,
+    /// The unit of its scaled value (sysfs `.unit`), if any.
+    pub unit: Option<String>,
+    /// Multiply a count by this to get `unit` (sysfs `.scale`; 1 otherwise).
+    pub scale: f64,
 }
 
 /// Every native event the machine offers (perf's tables, sysfs PMU events,
@@ -175,13 +179,19 @@ pub fn enumerate() -> Result<Vec<NativeEvent>> {
     Ok(cat
         .events()
         .iter()
-        .map(|e| NativeEvent {
-            code: code_of(&e.name),
-            name: e.name.clone(),
-            aliases: e.aliases.clone(),
-            pmu: e.pmu.clone(),
-            kind: e.kind,
-            description: e.description.clone(),
+        .map(|e| {
+            // Tracepoints have no unit; parsing each would read thousands of id files.
+            let parsed = (e.kind != Kind::Tracepoint).then(|| parser.parse_full(&e.name).ok()).flatten();
+            NativeEvent {
+                code: code_of(&e.name),
+                name: e.name.clone(),
+                aliases: e.aliases.clone(),
+                pmu: e.pmu.clone(),
+                kind: e.kind,
+                description: e.description.clone(),
+                unit: parsed.as_ref().and_then(|p| p.unit.clone()),
+                scale: parsed.map_or(1.0, |p| p.scale),
+            }
         })
         .collect())
 }
