@@ -40,6 +40,7 @@ struct State {
     counters: usize,
     fail_open: Option<(u64, Errno)>,
     ioctls: Vec<Ioctl>,
+    reads: usize,
 }
 
 fn is_open(s: &UnixStream) -> bool {
@@ -108,6 +109,11 @@ impl MockKernel {
         self.st().ioctls.clone()
     }
 
+    /// read(2) calls so far.
+    pub fn reads(&self) -> usize {
+        self.st().reads
+    }
+
     /// Descriptors handed out and not yet closed.
     pub fn live_fds(&self) -> usize {
         live(&self.st()).count()
@@ -170,7 +176,8 @@ impl Sys for MockKernel {
     }
 
     fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
-        let st = self.st();
+        let mut st = self.st();
+        st.reads += 1;
         let id = self.id_of(&st, fd)?;
         let members: Vec<&Event> = live(&st).filter(|e| e.id == id || e.leader == Some(id)).collect();
         let hw = members.iter().filter(|e| hardware(e.type_)).count();

@@ -20,7 +20,7 @@ use serde_json::json;
 
 /// Count events of a command or a running process.
 #[derive(Parser, Debug)]
-#[command(version, about, trailing_var_arg = true)]
+#[command(version, trailing_var_arg = true)]
 struct Args {
     /// Events: presets or perf-syntax names, comma-separated
     /// (`task-clock,page-faults,msr/tsc/`).
