@@ -32,10 +32,14 @@
 //!
 //! # Reset
 //!
-//! `start`, `reset` and `accum` take a snapshot of the counts and times
-//! instead of issuing `PERF_EVENT_IOC_RESET`: one `read(2)` gives values and
-//! times at the same instant, so a multiplexed set's scaling after a reset
-//! uses the times since that reset only.
+//! `start`, `reset` and `accum` move a software zero (a snapshot of counts
+//! and times) instead of issuing `PERF_EVENT_IOC_RESET`: one `read(2)` gives
+//! values and times at the same instant, so a multiplexed set's scaling
+//! after a reset uses the times since that reset only. `start` needs no
+//! read at all for a fresh set (everything is 0) or after `stop` (a
+//! disabled event does not change, so the values `stop` read are the zero),
+//! except with process granularity, where exiting children add their
+//! counts even to a disabled event.
 
 use std::fmt;
 
