@@ -311,8 +311,25 @@ impl EventSet {
             },
             attrs: vec![attr],
         };
-        self.push(entry)?;
-        Ok(resolved.code)
+        let fallback = (entry.attrs[0].domain_value() != Domain::USER
+            && self.options.domain.is_none()
+            && !native::has_modifier(&entry.info.name))
+        .then(|| entry.clone());
+        match (self.push(entry), fallback) {
+            (Ok(()), _) => Ok(resolved.code),
+            // As perf does: a default domain with the kernel in it is refused
+            // at perf_event_paranoid ≥ 2 without CAP_PERFMON; count user space.
+            (Err(Error::Substrate(papirus_substrate::Error::Permission { .. })), Some(mut entry)) => {
+                entry.attrs[0].domain(Domain::USER);
+                entry.info.note = Some(
+                    "user space only: counting the kernel is not permitted here (perf_event_paranoid ≥ 2 without CAP_PERFMON)"
+                        .into(),
+                );
+                self.push(entry)?;
+                Ok(resolved.code)
+            }
+            (Err(e), _) => Err(e),
+        }
     }
 
     fn add_preset(&mut self, name: &str, code: u32) -> Result<u32> {
@@ -1251,6 +1268,21 @@ mod tests {
         assert_eq!(s.len(), 1);
         s.start().unwrap();
         assert_eq!(s.stop().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_refused_default_kernel_domain_falls_back_to_user_space() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        // context-switches defaults to every domain; refuse it as paranoid 2 does.
+        k.fail_open_config(3, libc::EACCES);
+        let e = s.add_named("context-switches:uk").unwrap_err();
+        assert_eq!(e.code(), Code::Eperm, "an explicit domain is not changed: {e}");
+        k.fail_open_config(3, 0);
+        k.refuse_kernel_domain(true);
+        s.add_named("context-switches").unwrap();
+        assert!(s.events()[0].note.as_deref().unwrap().starts_with("user space only"));
+        assert!(k.open_events().iter().all(|e| e.exclude_kernel));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub(crate) struct Event {
     pub inherit: bool,
     pub pid: i32,
     pub cpu: i32,
+    pub exclude_kernel: bool,
 }
 
 #[derive(Debug, Default)]
@@ -41,6 +42,7 @@ struct State {
     fail_open: Option<(u64, Errno)>,
     ioctls: Vec<Ioctl>,
     reads: usize,
+    refuse_kernel: bool,
 }
 
 fn is_open(s: &UnixStream) -> bool {
@@ -99,6 +101,11 @@ impl MockKernel {
         self.st().fail_open = Some((config, Errno(errno)));
     }
 
+    /// Opens that count the kernel fail with EACCES (perf_event_paranoid 2).
+    pub fn refuse_kernel_domain(&self, on: bool) {
+        self.st().refuse_kernel = on;
+    }
+
     /// Events currently open.
     pub fn open_events(&self) -> Vec<Event> {
         live(&self.st()).cloned().collect()
@@ -136,8 +143,12 @@ impl Sys for MockKernel {
         let mut st = self.st();
         if let Some((config, errno)) = st.fail_open
             && config == attr.config
+            && errno.0 != 0
         {
             return Err(errno);
+        }
+        if st.refuse_kernel && attr.exclude_kernel() == 0 {
+            return Err(Errno(libc::EACCES));
         }
         let leader = match group_fd {
             Some(fd) => Some(self.id_of(&st, fd)?),
@@ -158,6 +169,7 @@ impl Sys for MockKernel {
             inherit: attr.inherit() != 0,
             pid,
             cpu,
+            exclude_kernel: attr.exclude_kernel() != 0,
         };
         st.events.push((ev, ours));
         Ok(fd)

@@ -50,6 +50,7 @@ struct Row {
     time_enabled: u64,
     time_running: u64,
     unit: Option<String>,
+    note: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -170,6 +171,7 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
             time_enabled: v.time_enabled,
             time_running: v.time_running,
             unit: infos.iter().find(|i| &i.name == n).and_then(|i| i.unit.clone()),
+            note: infos.iter().find(|i| &i.name == n).and_then(|i| i.note.clone()),
         })
         .collect();
     if args.json {
@@ -222,6 +224,9 @@ fn table(label: &str, rows: &[Row], elapsed: u64) -> String {
             let pct =
                 if r.time_enabled == 0 { 0.0 } else { 100.0 * r.time_running as f64 / r.time_enabled as f64 };
             note.push_str(&format!("  (scaled: counted {pct:.2}% of the time)"));
+        }
+        if let Some(n) = &r.note {
+            note.push_str(&format!("  ({n})"));
         }
         out.push_str(&format!("{value:>18} {unit:<5} {:<32} {note}\n", r.name));
     }
