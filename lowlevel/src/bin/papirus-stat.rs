@@ -233,3 +233,43 @@ fn table(label: &str, rows: &[Row], elapsed: u64) -> String {
     out.push_str(&format!("\n{:>15.9} seconds time elapsed\n\n", elapsed as f64 / 1e9));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, value: i64, enabled: u64, running: u64) -> Row {
+        Row {
+            name: name.into(),
+            value,
+            raw: value,
+            time_enabled: enabled,
+            time_running: running,
+            unit: None,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn table_shows_clocks_in_msec_counts_grouped_and_multiplex_scaling() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(-1_000), "-1,000");
+        let t = table(
+            "'prog'",
+            &[
+                row("task-clock", 12_340_000, 10, 10),
+                row("page-faults", 1234, 10, 10),
+                row("r01c2", 5000, 200, 100),
+            ],
+            24_680_000,
+        );
+        assert!(t.contains("Performance counter stats for 'prog':"), "{t}");
+        assert!(t.contains("12.34 msec  task-clock") && t.contains("0.500 CPUs utilized"), "{t}");
+        assert!(t.contains("1,234") && t.contains("page-faults"), "{t}");
+        assert!(t.contains("(scaled: counted 50.00% of the time)"), "{t}");
+        assert_eq!(t.matches("scaled").count(), 1, "only the multiplexed event says so: {t}");
+        assert!(t.contains("0.024680000 seconds time elapsed"), "{t}");
+    }
+}
