@@ -8,6 +8,9 @@
 
 pub mod attr;
 pub mod error;
+pub mod ring;
+pub mod sample;
+pub mod signal;
 pub mod sys;
 
 pub use attr::{Domain, EventAttr, Kind};

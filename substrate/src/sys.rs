@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub use pe::bindings::perf_event_attr;
@@ -123,6 +124,47 @@ pub trait Sys: Send + Sync + fmt::Debug {
 
     /// `read(2)` into `buf`, returning the number of bytes read.
     fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno>;
+
+    /// `mmap(2)` of `len` bytes of a perf event descriptor from offset 0,
+    /// shared; writable when the caller must store `data_tail` (ring buffers).
+    fn mmap(&self, fd: BorrowedFd<'_>, len: usize, writable: bool) -> Result<NonNull<u8>, Errno>;
+
+    /// `munmap(2)` of a mapping [`Sys::mmap`] returned.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` and `len` must come from one earlier `mmap` call of this `Sys`,
+    /// and nothing may use the mapping afterwards.
+    unsafe fn munmap(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno>;
+
+    /// `fcntl(2)` on a perf event descriptor, for overflow signal routing.
+    fn fcntl(&self, fd: BorrowedFd<'_>, op: Fcntl) -> Result<i32, Errno>;
+}
+
+// Linux fcntl values the libc crate does not export for glibc targets
+// (<asm-generic/fcntl.h>, <bits/fcntl-linux.h>).
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+
+/// `struct f_owner_ex`.
+#[repr(C)]
+struct FOwnerEx {
+    type_: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// The `fcntl(2)` commands the overflow path issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fcntl {
+    /// `F_SETOWN_EX` with `F_OWNER_TID`: signals go to this thread only.
+    SetOwnerThread(i32),
+    /// `F_SETSIG`: the signal sent on overflow (0 restores plain SIGIO).
+    SetSig(i32),
+    /// `F_GETFL`.
+    GetFlags,
+    /// `F_SETFL` (`O_ASYNC`, `O_NONBLOCK`).
+    SetFlags(i32),
 }
 
 /// The real kernel.
@@ -187,5 +229,42 @@ impl Sys for Kernel {
         // SAFETY: `buf` is valid for writes of `buf.len()` bytes; the fd is live.
         let ret = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if ret < 0 { Err(Errno::last()) } else { Ok(ret as usize) }
+    }
+
+    fn mmap(&self, fd: BorrowedFd<'_>, len: usize, writable: bool) -> Result<NonNull<u8>, Errno> {
+        let prot = if writable { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_READ };
+        // SAFETY: a fresh mapping chosen by the kernel (addr NULL) of a live
+        // descriptor; it aliases no Rust object.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        NonNull::new(ptr.cast()).ok_or(Errno(libc::EFAULT))
+    }
+
+    unsafe fn munmap(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        // SAFETY: the caller guarantees `ptr`/`len` are one live mapping of ours
+        // that nothing uses any more.
+        let ret = unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        check(ret).map(drop)
+    }
+
+    fn fcntl(&self, fd: BorrowedFd<'_>, op: Fcntl) -> Result<i32, Errno> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: `raw` is a live descriptor; F_SETOWN_EX reads a valid
+        // f_owner_ex that lives on this stack frame for the call; the other
+        // commands take integers.
+        let ret = unsafe {
+            match op {
+                Fcntl::SetOwnerThread(tid) => {
+                    let owner = FOwnerEx { type_: F_OWNER_TID, pid: tid };
+                    libc::fcntl(raw, F_SETOWN_EX, &owner as *const FOwnerEx)
+                }
+                Fcntl::SetSig(sig) => libc::fcntl(raw, F_SETSIG, sig),
+                Fcntl::GetFlags => libc::fcntl(raw, libc::F_GETFL),
+                Fcntl::SetFlags(flags) => libc::fcntl(raw, libc::F_SETFL, flags),
+            }
+        };
+        check(ret)
     }
 }

@@ -1,0 +1,381 @@
+//! The perf sample ring buffer: one control page followed by 2^n data
+//! pages, shared with the kernel.
+//!
+//! The kernel writes records at `data_head` and never past `data_tail`;
+//! papirus reads records between the two and moves `data_tail` forward when a
+//! [`RecordGuard`] is dropped. Records that straddle the end of the data area
+//! are copied into a scratch buffer allocated once with the ring, so reading
+//! never allocates (the overflow signal handler drains rings).
+//!
+//! LOST, THROTTLE and UNTHROTTLE records are counted in [`RingStats`] as soon
+//! as the reader reaches them, whether or not the caller looks at the record,
+//! so losses are never silently dropped.
+//!
+//! # Safety
+//!
+//! This module reads kernel-shared memory through raw pointers. The
+//! invariants: the mapping stays alive as long as the [`RingBuffer`] (it owns
+//! it and unmaps on drop); bytes between our tail and the `data_head` we
+//! loaded with Acquire are complete and the kernel will not touch them until
+//! we store a later `data_tail`; `data_head`/`data_tail` are 8-byte aligned
+//! u64 fields of the control page, accessed only atomically.
+#![allow(unsafe_code)]
+
+use std::mem::offset_of;
+use std::os::fd::BorrowedFd;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use perf_event_open_sys::bindings::{self as b, perf_event_mmap_page};
+
+use crate::error::{Error, Op, Result};
+use crate::sample::{ParseError, Record, SampleLayout};
+use crate::sys::Sys;
+
+const HEAD: usize = offset_of!(perf_event_mmap_page, data_head);
+const TAIL: usize = offset_of!(perf_event_mmap_page, data_tail);
+const DATA_OFFSET: usize = offset_of!(perf_event_mmap_page, data_offset);
+const DATA_SIZE: usize = offset_of!(perf_event_mmap_page, data_size);
+// The kernel ABI places the ring control words at fixed offsets of the first page.
+const _: () = assert!(HEAD == 1024 && TAIL == 1032 && DATA_OFFSET == 1040 && DATA_SIZE == 1048);
+
+/// The largest record the kernel writes: its size field is a u16.
+const MAX_RECORD: usize = u16::MAX as usize;
+/// The size of `struct perf_event_header`.
+const HEADER: usize = 8;
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the running system; no memory is passed.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(v).ok().filter(|&v| v > 0).unwrap_or(4096)
+}
+
+/// What the reader has seen in the ring so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RingStats {
+    /// SAMPLE records read.
+    pub samples: u64,
+    /// Samples the kernel reported lost (the sum over LOST and LOST_SAMPLES records).
+    pub lost: u64,
+    /// LOST records read (each stands for one or more lost samples).
+    pub lost_records: u64,
+    /// THROTTLE records: the kernel stopped sampling for exceeding
+    /// `perf_event_max_sample_rate`.
+    pub throttles: u64,
+    /// UNTHROTTLE records.
+    pub unthrottles: u64,
+    /// Other records (MMAP2, COMM, …).
+    pub other: u64,
+    /// Bytes skipped because a record header was malformed.
+    pub corrupt_bytes: u64,
+}
+
+/// The mapped pages of one event: unmapped on drop.
+struct Mapping {
+    sys: Arc<dyn Sys>,
+    base: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: offset is HEAD or TAIL, inside the first page of a live
+        // mapping, 8-aligned (the page is page-aligned); the kernel and we
+        // access these words only atomically.
+        unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU64>() }
+    }
+
+    fn plain_u64(&self, offset: usize) -> u64 {
+        // SAFETY: DATA_OFFSET/DATA_SIZE lie in the first page; the kernel
+        // writes them once at mmap time, before we can read them.
+        unsafe { self.base.as_ptr().add(offset).cast::<u64>().read_volatile() }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: base/len come from our own mmap call; the RingBuffer that
+        // owned every reference into the mapping is being dropped.
+        // An munmap failure leaves nothing to recover; the mapping would leak.
+        let _ = unsafe { self.sys.munmap(self.base, self.len) };
+    }
+}
+
+/// A mapped perf ring buffer, read in place.
+pub struct RingBuffer {
+    map: Mapping,
+    data_offset: usize,
+    /// A power of two.
+    data_size: u64,
+    tail: u64,
+    scratch: Box<[u8]>,
+    layout: SampleLayout,
+    stats: RingStats,
+}
+
+impl std::fmt::Debug for RingBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RingBuffer")
+            .field("data_size", &self.data_size)
+            .field("tail", &self.tail)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+// SAFETY: the ring owns its mapping; nothing else in this process holds a
+// pointer into it, so moving it to another thread moves sole access.
+unsafe impl Send for RingBuffer {}
+
+impl RingBuffer {
+    /// Maps the control page and `data_pages` data pages of `fd` (a power of
+    /// two, at least 1) and reads records laid out as `layout` says.
+    pub fn map(
+        sys: Arc<dyn Sys>,
+        fd: BorrowedFd<'_>,
+        data_pages: usize,
+        layout: SampleLayout,
+        event: &str,
+    ) -> Result<Self> {
+        if data_pages == 0 || !data_pages.is_power_of_two() {
+            return Err(Error::Malformed {
+                event: event.to_string(),
+                reason: format!("ring buffer of {data_pages} data pages: the kernel needs a power of two ≥ 1"),
+            });
+        }
+        let page = page_size();
+        let len = (data_pages + 1) * page;
+        let base = sys
+            .mmap(fd, len, true)
+            .map_err(|errno| match errno.0 {
+                libc::EPERM | libc::ENOMEM => Error::Kernel {
+                    op: Op::Mmap,
+                    event: event.to_string(),
+                    errno,
+                    hint: format!(
+                        "the ring buffer of {} KiB exceeds the locked-memory budget; use fewer data pages or raise /proc/sys/kernel/perf_event_mlock_kb",
+                        len / 1024
+                    ),
+                },
+                _ => Error::from_errno(Op::Mmap, event, errno, false, 0),
+            })?;
+        let map = Mapping { sys, base, len };
+        // Kernels before 4.1 leave data_offset/data_size at 0: the data starts at page 1.
+        let mut data_offset = usize::try_from(map.plain_u64(DATA_OFFSET)).unwrap_or(usize::MAX);
+        let mut data_size = map.plain_u64(DATA_SIZE);
+        if data_offset == 0 && data_size == 0 {
+            data_offset = page;
+            data_size = (data_pages * page) as u64;
+        }
+        let fits = data_offset.checked_add(usize::try_from(data_size).unwrap_or(usize::MAX)).is_some_and(|end| end <= len);
+        if !fits || !data_size.is_power_of_two() || data_offset < HEAD + 8 * 4 {
+            return Err(Error::Malformed {
+                event: event.to_string(),
+                reason: format!(
+                    "the kernel's ring control page says data at {data_offset} size {data_size}, outside the {len}-byte mapping"
+                ),
+            });
+        }
+        let tail = map.word(TAIL).load(Ordering::Relaxed);
+        Ok(RingBuffer {
+            map,
+            data_offset,
+            data_size,
+            tail,
+            scratch: vec![0; MAX_RECORD].into_boxed_slice(),
+            layout,
+            stats: RingStats::default(),
+        })
+    }
+
+    /// The record layout this ring was opened with.
+    pub fn layout(&self) -> SampleLayout {
+        self.layout
+    }
+
+    /// The size of the data area in bytes.
+    pub fn data_size(&self) -> u64 {
+        self.data_size
+    }
+
+    /// What has been read so far.
+    pub fn stats(&self) -> RingStats {
+        self.stats
+    }
+
+    /// Bytes written by the kernel and not yet consumed.
+    pub fn pending_bytes(&self) -> u64 {
+        self.head().wrapping_sub(self.tail)
+    }
+
+    fn head(&self) -> u64 {
+        // ATOMICS: Acquire pairs with the kernel's smp_store_release of
+        // data_head after writing records, so every byte before head is visible.
+        self.map.word(HEAD).load(Ordering::Acquire)
+    }
+
+    fn data(&self, pos: u64, len: usize) -> &[u8] {
+        let off = (pos & (self.data_size - 1)) as usize;
+        debug_assert!(off + len <= self.data_size as usize);
+        // SAFETY: off + len ≤ data_size (callers split at the wrap), and
+        // data_offset + data_size ≤ the mapping length (checked in `map`); the
+        // range is between tail and head, which the kernel does not write.
+        unsafe { std::slice::from_raw_parts(self.map.base.as_ptr().add(self.data_offset + off), len) }
+    }
+
+    /// Copies `out.len()` bytes from ring position `pos`, across the wrap.
+    fn copy_out(&self, pos: u64, out: &mut [u8]) {
+        let off = (pos & (self.data_size - 1)) as usize;
+        let first = out.len().min(self.data_size as usize - off);
+        out[..first].copy_from_slice(self.data(pos, first));
+        let rest = out.len() - first;
+        if rest > 0 {
+            out[first..].copy_from_slice(self.data(pos + first as u64, rest));
+        }
+    }
+
+    /// The next unread record, or `None` when the ring is empty.
+    ///
+    /// The record stays valid until the guard is dropped; dropping it hands
+    /// its bytes back to the kernel. A malformed header skips everything
+    /// written so far, counts the bytes in [`RingStats::corrupt_bytes`] and
+    /// returns the parse error.
+    pub fn next_record(&mut self) -> Result<Option<RecordGuard<'_>>, ParseError> {
+        let head = self.head();
+        let avail = head.wrapping_sub(self.tail);
+        if avail == 0 {
+            return Ok(None);
+        }
+        let mut hdr = [0u8; HEADER];
+        let bad = avail < HEADER as u64 || avail > self.data_size;
+        let size = if bad {
+            0
+        } else {
+            self.copy_out(self.tail, &mut hdr);
+            u16::from_ne_bytes([hdr[6], hdr[7]]) as usize
+        };
+        if bad || size < HEADER || size as u64 > avail || size % 8 != 0 {
+            self.stats.corrupt_bytes += avail.min(self.data_size);
+            self.tail = head;
+            // ATOMICS: Release orders our reads of the skipped bytes before the
+            // kernel may overwrite them.
+            self.map.word(TAIL).store(head, Ordering::Release);
+            return Err(ParseError("malformed record header in the ring buffer; skipped to data_head"));
+        }
+        let kind = u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]);
+        let off = (self.tail & (self.data_size - 1)) as usize;
+        let wraps = off + size > self.data_size as usize;
+        if wraps {
+            let (tail, scratch) = (self.tail, std::mem::take(&mut self.scratch));
+            let mut scratch = scratch;
+            self.copy_out(tail, &mut scratch[..size]);
+            self.scratch = scratch;
+        }
+        let new_tail = self.tail + size as u64;
+        self.count(kind, size, wraps);
+        let RingBuffer { map, data_offset, data_size, tail, scratch, layout, .. } = self;
+        let bytes: &[u8] = if wraps {
+            &scratch[..size]
+        } else {
+            // SAFETY: as in `data`: the record lies whole inside the data area
+            // between tail and head.
+            unsafe {
+                std::slice::from_raw_parts(
+                    map.base.as_ptr().add(*data_offset + (*tail & (*data_size - 1)) as usize),
+                    size,
+                )
+            }
+        };
+        Ok(Some(RecordGuard { map, tail, new_tail, bytes, layout: *layout }))
+    }
+
+    fn count(&mut self, kind: u32, size: usize, wraps: bool) {
+        let word = |this: &Self, idx: usize| -> u64 {
+            // The LOST record body is { id, lost }; LOST_SAMPLES is { lost }.
+            let mut w = [0u8; 8];
+            if HEADER + (idx + 1) * 8 <= size {
+                if wraps {
+                    w.copy_from_slice(&this.scratch[HEADER + idx * 8..HEADER + idx * 8 + 8]);
+                } else {
+                    this.copy_out(this.tail + (HEADER + idx * 8) as u64, &mut w);
+                }
+            }
+            u64::from_ne_bytes(w)
+        };
+        match kind {
+            b::PERF_RECORD_SAMPLE => self.stats.samples += 1,
+            b::PERF_RECORD_LOST => {
+                self.stats.lost_records += 1;
+                self.stats.lost += word(self, 1);
+            }
+            b::PERF_RECORD_LOST_SAMPLES => {
+                self.stats.lost_records += 1;
+                self.stats.lost += word(self, 0);
+            }
+            b::PERF_RECORD_THROTTLE => self.stats.throttles += 1,
+            b::PERF_RECORD_UNTHROTTLE => self.stats.unthrottles += 1,
+            _ => self.stats.other += 1,
+        }
+    }
+
+    /// Consumes every pending record, calling `f` on each parsed one; returns
+    /// how many records were read. Parse errors are passed to `f` too.
+    pub fn drain(&mut self, mut f: impl FnMut(Result<Record<'_>, ParseError>)) -> usize {
+        let mut n = 0;
+        loop {
+            match self.next_record() {
+                Ok(Some(rec)) => {
+                    f(rec.record());
+                    n += 1;
+                }
+                Ok(None) => return n,
+                Err(e) => f(Err(e)),
+            }
+        }
+    }
+}
+
+/// One record in the ring. Dropping it advances `data_tail` past it.
+#[must_use = "dropping the guard consumes the record"]
+pub struct RecordGuard<'a> {
+    map: &'a Mapping,
+    tail: &'a mut u64,
+    new_tail: u64,
+    bytes: &'a [u8],
+    layout: SampleLayout,
+}
+
+impl std::fmt::Debug for RecordGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordGuard").field("len", &self.bytes.len()).field("new_tail", &self.new_tail).finish()
+    }
+}
+
+impl RecordGuard<'_> {
+    /// The raw record, header included, contiguous even if it wrapped.
+    pub fn bytes(&self) -> &[u8] {
+        self.bytes
+    }
+
+    /// The record type (`PERF_RECORD_*`).
+    pub fn kind(&self) -> u32 {
+        u32::from_ne_bytes([self.bytes[0], self.bytes[1], self.bytes[2], self.bytes[3]])
+    }
+
+    /// The parsed record.
+    pub fn record(&self) -> Result<Record<'_>, ParseError> {
+        Record::parse(self.bytes, &self.layout)
+    }
+}
+
+impl Drop for RecordGuard<'_> {
+    fn drop(&mut self) {
+        *self.tail = self.new_tail;
+        // ATOMICS: Release orders every read of this record before the store
+        // that lets the kernel overwrite it (pairs with the kernel's
+        // smp_load_acquire-style read of data_tail in perf_output_begin).
+        self.map.word(TAIL).store(self.new_tail, Ordering::Release);
+    }
+}
