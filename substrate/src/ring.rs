@@ -142,7 +142,9 @@ impl RingBuffer {
         if data_pages == 0 || !data_pages.is_power_of_two() {
             return Err(Error::Malformed {
                 event: event.to_string(),
-                reason: format!("ring buffer of {data_pages} data pages: the kernel needs a power of two ≥ 1"),
+                reason: format!(
+                    "ring buffer of {data_pages} data pages: the kernel needs a power of two ≥ 1"
+                ),
             });
         }
         let page = page_size();
@@ -169,7 +171,9 @@ impl RingBuffer {
             data_offset = page;
             data_size = (data_pages * page) as u64;
         }
-        let fits = data_offset.checked_add(usize::try_from(data_size).unwrap_or(usize::MAX)).is_some_and(|end| end <= len);
+        let fits = data_offset
+            .checked_add(usize::try_from(data_size).unwrap_or(usize::MAX))
+            .is_some_and(|end| end <= len);
         if !fits || !data_size.is_power_of_two() || data_offset < HEAD + 8 * 4 {
             return Err(Error::Malformed {
                 event: event.to_string(),
@@ -349,7 +353,10 @@ pub struct RecordGuard<'a> {
 
 impl std::fmt::Debug for RecordGuard<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RecordGuard").field("len", &self.bytes.len()).field("new_tail", &self.new_tail).finish()
+        f.debug_struct("RecordGuard")
+            .field("len", &self.bytes.len())
+            .field("new_tail", &self.new_tail)
+            .finish()
     }
 }
 
@@ -377,5 +384,295 @@ impl Drop for RecordGuard<'_> {
         // that lets the kernel overwrite it (pairs with the kernel's
         // smp_load_acquire-style read of data_tail in perf_output_begin).
         self.map.word(TAIL).store(self.new_tail, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Replays recorded ring bytes through a fake [`Sys`] whose `mmap` hands
+    //! out heap memory, with the test playing the kernel's writer side.
+
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::sync::Mutex;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::sample::{ReadFormat, SampleType};
+    use crate::sys::{Errno, Fcntl, Ioctl, perf_event_attr};
+
+    #[derive(Debug, Default)]
+    struct FakeSys {
+        maps: Mutex<Vec<(usize, usize)>>,
+        unmapped: AtomicUsize,
+    }
+
+    impl Sys for FakeSys {
+        fn perf_event_open(
+            &self,
+            _: &mut perf_event_attr,
+            _: i32,
+            _: i32,
+            _: Option<BorrowedFd<'_>>,
+            _: u64,
+        ) -> Result<OwnedFd, Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
+        fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
+        fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
+        fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
+        fn mmap(&self, _: BorrowedFd<'_>, len: usize, _: bool) -> Result<NonNull<u8>, Errno> {
+            let page = page_size();
+            let layout = Layout::from_size_align(len, page).map_err(|_| Errno(libc::EINVAL))?;
+            // SAFETY: a non-zero size layout.
+            let p = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(Errno(libc::ENOMEM))?;
+            // SAFETY: the control page is inside the fresh allocation; the
+            // kernel would fill data_offset/data_size the same way.
+            unsafe {
+                p.as_ptr().add(DATA_OFFSET).cast::<u64>().write(page as u64);
+                p.as_ptr().add(DATA_SIZE).cast::<u64>().write((len - page) as u64);
+            }
+            self.maps.lock().unwrap().push((p.as_ptr() as usize, len));
+            Ok(p)
+        }
+        unsafe fn munmap(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+            let mut maps = self.maps.lock().unwrap();
+            let i =
+                maps.iter().position(|&m| m == (ptr.as_ptr() as usize, len)).ok_or(Errno(libc::EINVAL))?;
+            maps.remove(i);
+            // SAFETY: allocated in `mmap` with this size and alignment.
+            unsafe { dealloc(ptr.as_ptr(), Layout::from_size_align(len, page_size()).unwrap()) };
+            self.unmapped.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        }
+        fn fcntl(&self, _: BorrowedFd<'_>, _: Fcntl) -> Result<i32, Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
+    }
+
+    /// The kernel's side of a fake ring: writes records at head.
+    struct Writer {
+        base: *mut u8,
+        size: u64,
+        head: u64,
+    }
+
+    impl Writer {
+        fn of(sys: &FakeSys) -> Writer {
+            let (base, len) = *sys.maps.lock().unwrap().last().unwrap();
+            Writer { base: base as *mut u8, size: (len - page_size()) as u64, head: 0 }
+        }
+        fn word(&self, off: usize) -> &AtomicU64 {
+            // SAFETY: HEAD/TAIL of the live fake mapping, 8-aligned.
+            unsafe { &*self.base.add(off).cast::<AtomicU64>() }
+        }
+        /// Moves head and tail to `pos` (an empty ring starting there).
+        fn start_at(&mut self, pos: u64) {
+            self.head = pos;
+            self.word(TAIL).store(pos, Ordering::Release);
+            self.word(HEAD).store(pos, Ordering::Release);
+        }
+        /// Writes `rec` if it fits before the reader's tail.
+        fn push(&mut self, rec: &[u8]) -> bool {
+            let tail = self.word(TAIL).load(Ordering::Acquire);
+            if self.head + rec.len() as u64 - tail > self.size {
+                return false;
+            }
+            for (i, b) in rec.iter().enumerate() {
+                let off = ((self.head + i as u64) % self.size) as usize;
+                // SAFETY: off < size, inside the data area of the fake mapping.
+                unsafe { self.base.add(page_size() + off).write(*b) };
+            }
+            self.head += rec.len() as u64;
+            self.word(HEAD).store(self.head, Ordering::Release);
+            true
+        }
+        fn push_raw_head(&mut self, bytes: &[u8]) {
+            for (i, b) in bytes.iter().enumerate() {
+                let off = ((self.head + i as u64) % self.size) as usize;
+                // SAFETY: as in `push`.
+                unsafe { self.base.add(page_size() + off).write(*b) };
+            }
+            self.head += bytes.len() as u64;
+            self.word(HEAD).store(self.head, Ordering::Release);
+        }
+    }
+
+    fn fixture() -> (Vec<u8>, SampleLayout, std::collections::HashMap<String, u64>) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ring");
+        let bytes = std::fs::read(dir.join("records.bin")).unwrap();
+        let meta: std::collections::HashMap<String, u64> = std::fs::read_to_string(dir.join("records.txt"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                let v = v
+                    .strip_prefix("0x")
+                    .map_or_else(|| v.parse().ok(), |h| u64::from_str_radix(h, 16).ok())?;
+                Some((k.to_string(), v))
+            })
+            .collect();
+        let layout = SampleLayout {
+            sample_type: SampleType(meta["sample_type"]),
+            read_format: ReadFormat(meta["read_format"]),
+        };
+        (bytes, layout, meta)
+    }
+
+    fn split_records(bytes: &[u8]) -> Vec<&[u8]> {
+        let mut out = Vec::new();
+        let mut rest = bytes;
+        while rest.len() >= 8 {
+            let size = u16::from_ne_bytes([rest[6], rest[7]]) as usize;
+            out.push(&rest[..size]);
+            rest = &rest[size..];
+        }
+        assert!(rest.is_empty());
+        out
+    }
+
+    fn dummy_fd() -> OwnedFd {
+        std::fs::File::open("/dev/null").unwrap().into()
+    }
+
+    #[test]
+    fn fixture_parses_into_the_recorded_records() {
+        let (bytes, layout, meta) = fixture();
+        let recs = split_records(&bytes);
+        let (mut samples, mut lost, mut comm) = (0, 0, 0);
+        for r in &recs {
+            match Record::parse(r, &layout).unwrap() {
+                Record::Sample(s) => {
+                    samples += 1;
+                    assert!(s.ip.is_some() && s.time.is_some() && s.cpu.is_some());
+                    assert_eq!(s.identifier, s.id);
+                    assert_eq!(s.period, Some(100_000));
+                    let read = s.read.unwrap();
+                    assert_eq!(read.len(), 2, "leader and page-faults member");
+                    assert!(read.time_enabled.unwrap() >= read.time_running.unwrap());
+                    assert_eq!(read.get(0).unwrap().id, s.id);
+                    assert!(read.get(1).unwrap().lost.is_some());
+                    assert!(!s.callchain.unwrap().is_empty());
+                }
+                Record::Lost { lost: n, .. } => lost += n,
+                Record::Comm(c) => {
+                    comm += 1;
+                    assert_eq!(c.comm, b"papirus-fixture");
+                }
+                other => panic!("unexpected record in fixture: {other:?}"),
+            }
+        }
+        assert_eq!(samples, meta["samples"]);
+        assert_eq!(lost, meta["lost"]);
+        assert_eq!(comm, meta["other"]);
+    }
+
+    #[test]
+    fn fixture_replays_identically_across_every_wrap_offset() {
+        let (bytes, layout, meta) = fixture();
+        let recs = split_records(&bytes);
+        let expected: Vec<String> =
+            recs.iter().map(|r| format!("{:?}", Record::parse(r, &layout).unwrap())).collect();
+        let sys = Arc::new(FakeSys::default());
+        let fd = dummy_fd();
+        let page = page_size() as u64;
+        // Every 8-byte-aligned start position of a one-page data area, so
+        // every record's header and body straddle the wrap at some point.
+        for start in (0..page).step_by(8) {
+            let mut ring = RingBuffer::map(sys.clone(), fd.as_fd(), 1, layout, "fake").unwrap();
+            let mut w = Writer::of(&sys);
+            w.start_at(start);
+            ring.tail = start;
+            let mut got = Vec::new();
+            let mut next = 0;
+            while got.len() < recs.len() {
+                // Write as much as fits, then read a couple: the ring fills,
+                // wraps and drains in a different rhythm at each start.
+                while next < recs.len() && w.push(recs[next]) {
+                    next += 1;
+                }
+                for _ in 0..3 {
+                    match ring.next_record().unwrap() {
+                        Some(g) => got.push(format!("{:?}", g.record().unwrap())),
+                        None => break,
+                    }
+                }
+            }
+            assert_eq!(got, expected, "start offset {start}");
+            let st = ring.stats();
+            assert_eq!(
+                (st.samples, st.lost, st.other, st.corrupt_bytes),
+                (meta["samples"], meta["lost"], 1, 0)
+            );
+            assert_eq!(ring.pending_bytes(), 0);
+        }
+        assert_eq!(sys.maps.lock().unwrap().len(), 0, "every mapping unmapped on drop");
+        assert_eq!(sys.unmapped.load(Ordering::Relaxed), page as usize / 8);
+    }
+
+    #[test]
+    fn tail_advances_only_when_the_guard_drops() {
+        let (bytes, layout, _) = fixture();
+        let recs = split_records(&bytes);
+        let sys = Arc::new(FakeSys::default());
+        let fd = dummy_fd();
+        let mut ring = RingBuffer::map(sys.clone(), fd.as_fd(), 1, layout, "fake").unwrap();
+        let mut w = Writer::of(&sys);
+        assert!(w.push(recs[0]) && w.push(recs[1]));
+        let g = ring.next_record().unwrap().unwrap();
+        assert_eq!(w.word(TAIL).load(Ordering::Acquire), 0, "not consumed while borrowed");
+        drop(g);
+        assert_eq!(w.word(TAIL).load(Ordering::Acquire), recs[0].len() as u64);
+    }
+
+    #[test]
+    fn malformed_header_is_skipped_counted_and_never_panics() {
+        let layout = SampleLayout::default();
+        let sys = Arc::new(FakeSys::default());
+        let fd = dummy_fd();
+        let mut ring = RingBuffer::map(sys.clone(), fd.as_fd(), 1, layout, "fake").unwrap();
+        let mut w = Writer::of(&sys);
+        // size 4 (< header), then a size beyond what was written.
+        for bad in [[9u8, 0, 0, 0, 0, 0, 4, 0], [9, 0, 0, 0, 0, 0, 0, 1]] {
+            w.push_raw_head(&bad);
+            assert!(ring.next_record().is_err());
+            assert!(ring.next_record().unwrap().is_none(), "skipped to head");
+        }
+        assert_eq!(ring.stats().corrupt_bytes, 16);
+        // A head that ran more than a ring ahead (a broken kernel or a bug).
+        w.push_raw_head(&vec![0; 2 * page_size()]);
+        assert!(ring.next_record().is_err());
+        assert_eq!(ring.stats().corrupt_bytes, 16 + page_size() as u64);
+    }
+
+    #[test]
+    fn truncated_records_are_errors() {
+        let (bytes, layout, _) = fixture();
+        let recs = split_records(&bytes);
+        let sample = recs.iter().find(|r| r[0] == 9).unwrap();
+        for cut in (8..sample.len()).step_by(8) {
+            let mut v = sample[..cut].to_vec();
+            v[6..8].copy_from_slice(&(cut as u16).to_ne_bytes());
+            assert!(Record::parse(&v, &layout).is_err(), "cut at {cut}");
+        }
+        assert!(Record::parse(&[1, 2, 3], &layout).is_err());
+    }
+
+    #[test]
+    fn bad_page_counts_are_refused_before_mapping() {
+        let sys = Arc::new(FakeSys::default());
+        let fd = dummy_fd();
+        for pages in [0, 3, 6] {
+            let e =
+                RingBuffer::map(sys.clone(), fd.as_fd(), pages, SampleLayout::default(), "x").unwrap_err();
+            assert!(e.to_string().contains("power of two"), "{e}");
+        }
+        assert!(sys.maps.lock().unwrap().is_empty());
     }
 }

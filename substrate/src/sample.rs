@@ -550,7 +550,9 @@ impl Sampling {
     pub fn validate(&self, event: &str) -> Result<()> {
         let bad = |reason: String| Err(Error::Malformed { event: event.to_string(), reason });
         match self.trigger {
-            Trigger::Period(0) => return bad("a sample period of 0 never samples; use a threshold ≥ 1".into()),
+            Trigger::Period(0) => {
+                return bad("a sample period of 0 never samples; use a threshold ≥ 1".into());
+            }
             Trigger::Frequency(0) => return bad("a sample frequency of 0 never samples".into()),
             _ => {}
         }
@@ -642,7 +644,8 @@ impl Sampler {
         let mut raw = attr.to_raw();
         sampling.apply(&mut raw);
         let leader = open_one(&*sys, &mut raw, attr, pid, cpu, None)?;
-        let id = sys.event_id(leader.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, &name, e, false, pid))?;
+        let id =
+            sys.event_id(leader.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, &name, e, false, pid))?;
         let mut opened = Vec::with_capacity(members.len());
         for m in members {
             let mut mraw = m.to_raw();
@@ -650,11 +653,15 @@ impl Sampler {
             // Members count inside the leader's group; the leader enables them.
             mraw.set_disabled(0);
             let fd = open_one(&*sys, &mut mraw, m, pid, cpu, Some(leader.as_fd()))?;
-            let mid = sys.event_id(fd.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, m.name(), e, false, pid))?;
+            let mid = sys
+                .event_id(fd.as_fd())
+                .map_err(|e| Error::from_errno(Op::Ioctl, m.name(), e, false, pid))?;
             opened.push((m.name().to_string(), fd, mid));
         }
-        let ring = RingBuffer::map(sys.clone(), leader.as_fd(), sampling.data_pages, sampling.layout(), &name)?;
-        let events = SamplingEvents { sys, name, leader, id, members: opened, read_format: sampling.read_format };
+        let ring =
+            RingBuffer::map(sys.clone(), leader.as_fd(), sampling.data_pages, sampling.layout(), &name)?;
+        let events =
+            SamplingEvents { sys, name, leader, id, members: opened, read_format: sampling.read_format };
         Ok(Sampler { events, ring })
     }
 
@@ -694,12 +701,9 @@ fn open_one(
                 errno,
                 hint: "the sample frequency may exceed /proc/sys/kernel/perf_event_max_sample_rate".into(),
             },
-            libc::E2BIG => Error::AttrSize {
-                op: Op::Open,
-                event: attr.name().to_string(),
-                errno,
-                expected: raw.size,
-            },
+            libc::E2BIG => {
+                Error::AttrSize { op: Op::Open, event: attr.name().to_string(), errno, expected: raw.size }
+            }
             _ => Error::from_errno(Op::Open, attr.name(), errno, hw, pid),
         }
     })

@@ -181,7 +181,8 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, ucontex
         let reg = slot.reg.load(Ordering::SeqCst);
         if !reg.is_null() && slot.fd.load(Ordering::SeqCst) == fd {
             matched = true;
-            let delivery = Delivery { signal, fd, tid: slot.owner.load(Ordering::Relaxed), ucontext: ucontext as usize };
+            let delivery =
+                Delivery { signal, fd, tid: slot.owner.load(Ordering::Relaxed), ucontext: ucontext as usize };
             // SAFETY: `reg` is published and cannot be freed while busy > 0;
             // only the owning thread receives this fd's signal and a signal
             // does not interrupt its own handler, so this is the only
@@ -276,10 +277,9 @@ impl Notifier {
         install(signal)?;
         let stats = Arc::new(SharedStats::default());
         let reg = Box::into_raw(Box::new(Registration { ring, callback, stats: stats.clone() }));
-        let Some(slot) = TABLE
-            .iter()
-            .position(|s| s.claimed.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok())
-        else {
+        let Some(slot) = TABLE.iter().position(|s| {
+            s.claimed.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        }) else {
             // SAFETY: `reg` was never published; we own it.
             drop(unsafe { Box::from_raw(reg) });
             return Err(Error::Kernel {
