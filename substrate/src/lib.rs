@@ -6,12 +6,25 @@
 //! safe Rust.
 #![deny(unsafe_code)]
 
+pub mod arch;
 pub mod attr;
+pub mod catalog;
+pub mod clock;
+pub mod elf;
 pub mod error;
+pub mod event;
+pub mod group;
+pub mod hwinfo;
+pub mod mmap;
+pub mod names;
+pub mod pmu;
 pub mod ring;
 pub mod sample;
 pub mod signal;
 pub mod sys;
+pub mod vclock;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
+pub use event::{Count, Counter, Scaling, Target};
+pub use group::{Group, GroupCounts, Member};

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use perf_event_open_sys::bindings::{self as b, perf_event_mmap_page};
 
 use crate::error::{Error, Op, Result};
+use crate::mmap::page_size;
 use crate::sample::{ParseError, Record, SampleLayout};
 use crate::sys::Sys;
 
@@ -45,12 +46,7 @@ const MAX_RECORD: usize = u16::MAX as usize;
 /// The size of `struct perf_event_header`.
 const HEADER: usize = 8;
 
-/// The system page size.
-pub fn page_size() -> usize {
-    // SAFETY: sysconf reads a constant of the running system; no memory is passed.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(v).ok().filter(|&v| v > 0).unwrap_or(4096)
-}
+
 
 /// What the reader has seen in the ring so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,7 +95,7 @@ impl Drop for Mapping {
         // SAFETY: base/len come from our own mmap call; the RingBuffer that
         // owned every reference into the mapping is being dropped.
         // An munmap failure leaves nothing to recover; the mapping would leak.
-        let _ = unsafe { self.sys.munmap(self.base, self.len) };
+        let _ = unsafe { self.sys.munmap_ring(self.base, self.len) };
     }
 }
 
@@ -150,7 +146,7 @@ impl RingBuffer {
         let page = page_size();
         let len = (data_pages + 1) * page;
         let base = sys
-            .mmap(fd, len, true)
+            .mmap_ring(fd, len)
             .map_err(|errno| match errno.0 {
                 libc::EPERM | libc::ENOMEM => Error::Kernel {
                     op: Op::Mmap,
@@ -427,7 +423,10 @@ mod tests {
         fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
             Err(Errno(libc::ENOSYS))
         }
-        fn mmap(&self, _: BorrowedFd<'_>, len: usize, _: bool) -> Result<NonNull<u8>, Errno> {
+        fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<crate::mmap::Mapping, Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
+        fn mmap_ring(&self, _: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Errno> {
             let page = page_size();
             let layout = Layout::from_size_align(len, page).map_err(|_| Errno(libc::EINVAL))?;
             // SAFETY: a non-zero size layout.
@@ -441,7 +440,7 @@ mod tests {
             self.maps.lock().unwrap().push((p.as_ptr() as usize, len));
             Ok(p)
         }
-        unsafe fn munmap(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        unsafe fn munmap_ring(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
             let mut maps = self.maps.lock().unwrap();
             let i =
                 maps.iter().position(|&m| m == (ptr.as_ptr() as usize, len)).ok_or(Errno(libc::EINVAL))?;

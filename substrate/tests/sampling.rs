@@ -119,7 +119,7 @@ fn task_clock_every_ms_gives_about_one_sample_per_ms() {
 #[test]
 fn page_faults_threshold_100_over_10000_touches() {
     const PAGES: usize = 10_000;
-    let page = papirus_substrate::ring::page_size();
+    let page = papirus_substrate::mmap::page_size();
     let mut s = Sampling::period(100);
     s.sample_type(SampleType::IP);
     let sampler = Sampler::open(&software("page-faults", SW_PAGE_FAULTS), &s, 0, -1).unwrap();
