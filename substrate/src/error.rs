@@ -188,7 +188,9 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Tracepoint ids come from tracefs, which is not mounted.
-    #[error("`{event}` is a tracepoint but tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing; mount it (`mount -t tracefs nodev /sys/kernel/tracing`)")]
+    #[error(
+        "`{event}` is a tracepoint but tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing; mount it (`mount -t tracefs nodev /sys/kernel/tracing`)"
+    )]
     NoTracefs {
         /// The whole event.
         event: String,
