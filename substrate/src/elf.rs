@@ -37,6 +37,18 @@ pub enum ElfKind {
     Other(u16),
 }
 
+impl std::fmt::Display for ElfKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ElfKind::Executable => f.write_str("executable"),
+            ElfKind::PieExecutable => f.write_str("PIE executable"),
+            ElfKind::SharedObject => f.write_str("shared object"),
+            ElfKind::Relocatable => f.write_str("relocatable object"),
+            ElfKind::Other(t) => write!(f, "ELF type {t:#x}"),
+        }
+    }
+}
+
 impl ElfKind {
     /// Whether the loader may place this file anywhere (a non-zero load bias).
     pub fn is_relocatable_at_load(self) -> bool {
