@@ -470,5 +470,9 @@ pub(crate) mod mock {
             buf[..n].copy_from_slice(&data[..n]);
             Ok(n)
         }
+
+        fn mmap(&self, _fd: BorrowedFd<'_>, _len: usize) -> Result<crate::mmap::Mapping, Errno> {
+            Err(Errno(libc::ENOSYS))
+        }
     }
 }
