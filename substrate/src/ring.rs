@@ -46,8 +46,6 @@ const MAX_RECORD: usize = u16::MAX as usize;
 /// The size of `struct perf_event_header`.
 const HEADER: usize = 8;
 
-
-
 /// What the reader has seen in the ring so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RingStats {
