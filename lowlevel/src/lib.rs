@@ -3,6 +3,8 @@
 
 pub mod derived;
 pub mod error;
+pub mod overflow;
 pub mod preset;
+pub mod profil;
 
 pub use error::{Code, Error, Result, SetOp};
