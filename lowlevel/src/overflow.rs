@@ -254,7 +254,9 @@ impl OverflowSet {
                 None => Live::Counting(e.attr.open(Target::ThisThread)?),
                 Some(d) => {
                     let mut s = Sampling::period(e.threshold);
-                    s.sample_type(SampleType::IP | SampleType::TID | SampleType::PERIOD).wakeup_events(1);
+                    // No PERIOD field: with it the kernel samples software
+                    // events (page-faults, …) on every event, ignoring the period.
+                    s.sample_type(SampleType::IP | SampleType::TID).wakeup_events(1);
                     let sampler = Sampler::open(&e.attr, &s, 0, -1)?;
                     let cb = callback(id, index, e.threshold, d.clone());
                     Live::Sampling(Notifier::attach(sampler, signal, owner, cb)?)

@@ -67,7 +67,10 @@ flag_set! {
         ID = b::PERF_SAMPLE_ID;
         /// The CPU.
         CPU = b::PERF_SAMPLE_CPU;
-        /// The period of this sample.
+        /// The period of this sample. Beware: on software events counted
+        /// per occurrence (page-faults, context-switches, …) in period mode
+        /// the kernel then samples *every* occurrence, with period = its
+        /// weight, whatever `sample_period` says.
         PERIOD = b::PERF_SAMPLE_PERIOD;
         /// The id of the event that opened the ring (differs under inherit).
         STREAM_ID = b::PERF_SAMPLE_STREAM_ID;
