@@ -142,13 +142,12 @@ fn sprofil_splits_samples_between_two_functions() {
     assert!(in_a > in_b, "twice the CPU time, about twice the samples");
 }
 
-/// A large block from the allocator is a fresh anonymous mapping whose
-/// pages are untouched until written.
+/// A large zeroed block from the allocator is a fresh anonymous mapping
+/// (calloc skips zeroing what mmap already zeroed): pages fault when written.
 #[inline(never)]
 fn touch_fresh_pages(pages: usize) -> usize {
     let page = papirus_substrate::mmap::page_size();
-    let mut v: Vec<u8> = Vec::with_capacity(pages * page);
-    v.resize(pages * page, 0);
+    let mut v = vec![0u8; pages * page];
     let mut i = 0;
     while i < v.len() {
         v[i] = 1;

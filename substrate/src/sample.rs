@@ -768,3 +768,104 @@ impl SamplingEvents {
         Ok(SampledCount { value: v.value, lost: v.lost })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(kind: u32, misc: u16, body: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        v.extend_from_slice(&kind.to_ne_bytes());
+        v.extend_from_slice(&misc.to_ne_bytes());
+        v.extend_from_slice(&((8 + body.len()) as u16).to_ne_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn words(ws: &[u64]) -> Vec<u8> {
+        ws.iter().flat_map(|w| w.to_ne_bytes()).collect()
+    }
+
+    #[test]
+    fn mmap2_record() {
+        let mut body = Vec::new();
+        body.extend_from_slice(&7u32.to_ne_bytes());
+        body.extend_from_slice(&8u32.to_ne_bytes());
+        body.extend(words(&[0x7f00_0000_0000, 0x2000, 0x1000, 0, 0, 0]));
+        body.extend_from_slice(&5u32.to_ne_bytes());
+        body.extend_from_slice(&2u32.to_ne_bytes());
+        body.extend_from_slice(b"/usr/lib/libm.so.6\0\0\0\0\0\0");
+        let r = record(b::PERF_RECORD_MMAP2, 0, &body);
+        match Record::parse(&r, &SampleLayout::default()).unwrap() {
+            Record::Mmap2(m) => {
+                assert_eq!(
+                    (m.pid, m.tid, m.addr, m.len, m.pgoff, m.prot, m.flags),
+                    (7, 8, 0x7f00_0000_0000, 0x2000, 0x1000, 5, 2)
+                );
+                assert_eq!(m.filename, b"/usr/lib/libm.so.6");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn single_read_with_times_id_and_lost() {
+        let layout = SampleLayout {
+            sample_type: SampleType::IP | SampleType::READ,
+            read_format: ReadFormat::TOTAL_TIME_ENABLED
+                | ReadFormat::TOTAL_TIME_RUNNING
+                | ReadFormat::ID
+                | ReadFormat::LOST,
+        };
+        let r = record(b::PERF_RECORD_SAMPLE, 2, &words(&[0x401000, 42, 100, 90, 9, 3]));
+        let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
+        let rv = s.read.unwrap();
+        assert_eq!((rv.time_enabled, rv.time_running, rv.len()), (Some(100), Some(90), 1));
+        assert_eq!(rv.get(0), Some(ReadValue { value: 42, id: Some(9), lost: Some(3) }));
+        assert_eq!(rv.get(1), None);
+        assert_eq!(s.ip, Some(0x401000));
+        assert_eq!(s.misc, 2);
+    }
+
+    #[test]
+    fn throttle_lost_and_unknown_records() {
+        let l = SampleLayout::default();
+        let t = record(b::PERF_RECORD_THROTTLE, 0, &words(&[5, 6, 7]));
+        assert_eq!(
+            Record::parse(&t, &l).unwrap(),
+            Record::Throttle(Throttle { time: 5, id: 6, stream_id: 7 })
+        );
+        let u = record(b::PERF_RECORD_UNTHROTTLE, 0, &words(&[5, 6, 7]));
+        assert!(matches!(Record::parse(&u, &l).unwrap(), Record::Unthrottle(_)));
+        let lost = record(b::PERF_RECORD_LOST, 0, &words(&[1, 99]));
+        assert_eq!(Record::parse(&lost, &l).unwrap(), Record::Lost { id: 1, lost: 99 });
+        let odd = record(77, 3, &words(&[1]));
+        assert!(matches!(Record::parse(&odd, &l).unwrap(), Record::Other { kind: 77, misc: 3, .. }));
+        // A callchain whose count exceeds the record.
+        let cl = SampleLayout { sample_type: SampleType::CALLCHAIN, read_format: ReadFormat::default() };
+        let bad = record(b::PERF_RECORD_SAMPLE, 0, &words(&[1000, 1]));
+        assert!(Record::parse(&bad, &cl).is_err());
+    }
+
+    #[test]
+    fn sampling_validates_and_applies() {
+        assert!(Sampling::period(0).validate("x").is_err());
+        assert!(Sampling::frequency(0).validate("x").is_err());
+        assert!(
+            Sampling::period(1)
+                .sample_type(SampleType(b::PERF_SAMPLE_BRANCH_STACK as u64))
+                .validate("x")
+                .is_err()
+        );
+        assert!(Sampling::period(1).data_pages(3).validate("x").is_err());
+        let mut a = perf_event_attr::default();
+        let mut s = Sampling::frequency(4000);
+        s.sample_type(SampleType::IP | SampleType::CALLCHAIN).precise_ip(9).mmap_records(true);
+        s.apply(&mut a);
+        assert_eq!((a.freq(), a.precise_ip(), a.mmap2(), a.comm()), (1, 3, 1, 1));
+        assert_eq!(a.sample_type, (SampleType::IP | SampleType::CALLCHAIN).0);
+        let mut p = perf_event_attr::default();
+        Sampling::period(100).apply(&mut p);
+        assert_eq!(p.freq(), 0);
+    }
+}

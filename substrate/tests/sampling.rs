@@ -155,20 +155,18 @@ fn page_faults_threshold_100_over_10000_touches() {
     assert_eq!(got, faults / 100, "one overflow per 100 counted faults");
 }
 
-/// Memory obtained from the allocator in one large block: glibc serves it
-/// with a fresh anonymous mmap whose pages are untouched until written.
+/// A large zeroed block from the allocator: a fresh anonymous mapping
+/// (calloc skips zeroing what mmap already zeroed), so each page faults once
+/// when first written.
 struct FreshPages(Vec<u8>);
 
 impl FreshPages {
     fn new(len: usize) -> Self {
-        FreshPages(Vec::with_capacity(len))
+        FreshPages(vec![0; len])
     }
     fn touch_every(&mut self, step: usize) {
-        let cap = self.0.capacity();
-        // Writing zeros through resize is what touches every page once.
-        self.0.resize(cap, 0);
         let mut i = 0;
-        while i < cap {
+        while i < self.0.len() {
             self.0[i] = 1;
             i += step;
         }
