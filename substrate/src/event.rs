@@ -271,6 +271,14 @@ impl Counter {
     }
 }
 
+// Events are opened on one thread and read on another.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Counter>();
+    send_sync::<crate::group::Group>();
+    send_sync::<crate::group::GroupCounts>();
+};
+
 impl AsFd for Counter {
     /// The event's descriptor, e.g. to mmap its user page.
     fn as_fd(&self) -> BorrowedFd<'_> {
