@@ -128,8 +128,12 @@ pub trait Sys: Send + Sync + fmt::Debug {
     /// `mmap(2)` of the first `len` bytes of a perf event descriptor, shared
     /// and read-only (the metadata page first). Tests return
     /// [`Mapping::from_image`](crate::mmap::Mapping::from_image) to hand in
-    /// synthetic pages.
-    fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno>;
+    /// synthetic pages. The default maps nothing (`ENODEV`), so readers fall
+    /// back to `read(2)`.
+    fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno> {
+        let _ = (fd, len);
+        Err(Errno(libc::ENODEV))
+    }
 
     /// `mmap(2)` of `len` bytes of a perf event descriptor from offset 0,
     /// shared and writable: a sample ring buffer, whose reader stores
@@ -469,10 +473,6 @@ pub(crate) mod mock {
             let n = data.len().min(buf.len());
             buf[..n].copy_from_slice(&data[..n]);
             Ok(n)
-        }
-
-        fn mmap(&self, _fd: BorrowedFd<'_>, _len: usize) -> Result<crate::mmap::Mapping, Errno> {
-            Err(Errno(libc::ENOSYS))
         }
     }
 }
