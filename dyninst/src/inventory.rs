@@ -326,13 +326,17 @@ fn group_by_file(mappings: &[Mapping]) -> Vec<Vec<&Mapping>> {
     order
 }
 
-/// Opens the ELF file behind a mapping: by its path, else through
-/// `/proc/PID/map_files` (deleted or replaced files, other mount
-/// namespaces). `None` when the file is not ELF (a JIT cache, a data file).
+/// Opens the ELF file behind a mapping: by its path when that still is the
+/// mapped file (same inode), else through `/proc/PID/map_files` (deleted or
+/// replaced files, other mount namespaces). `None` when the file is not
+/// ELF (a JIT cache, a data file).
 fn open_mapped(pid: i32, first: &Mapping, exec: Option<&Mapping>) -> crate::Result<Option<ElfFile>> {
-    let by_path = PathBuf::from(first.name.trim_end_matches(" (deleted)"));
+    use std::os::unix::fs::MetadataExt;
+    let by_path = PathBuf::from(&first.name);
+    let same_file = !first.name.ends_with(" (deleted)")
+        && std::fs::metadata(&by_path).is_ok_and(|md| md.ino() == first.inode);
     let via_proc = exec.map(|m| PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)));
-    let candidates = [Some(by_path), via_proc];
+    let candidates = [same_file.then_some(by_path), via_proc];
     let mut last_err = None;
     for path in candidates.into_iter().flatten() {
         match has_elf_magic(&path) {

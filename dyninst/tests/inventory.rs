@@ -362,6 +362,31 @@ fn running_process_addresses_match() {
     assert!(status.success(), "the listed process ran on unharmed: {status}");
 }
 
+/// A position-dependent executable (bias 0) whose file was deleted while
+/// it runs: found through /proc/PID/map_files, addresses still right.
+#[test]
+fn deleted_non_pie_executable() {
+    let dir = Scratch::new("deleted");
+    let Some(exe) = compile(&dir, "gcc", "c", "gone", C_PROGRAM, &["-no-pie"]) else { return };
+    let child = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut child = Reaped(child);
+    let mut line = String::new();
+    BufReader::new(child.0.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let main_printed = line.split_whitespace().find_map(|w| w.strip_prefix("main=0x")).unwrap();
+    let main_printed = u64::from_str_radix(main_printed, 16).unwrap();
+    std::fs::remove_file(&exe).unwrap();
+
+    let inv = Inventory::of_process(child.0.id() as i32).unwrap();
+    let m = inv.main_module().expect("the deleted executable is still listed");
+    assert!(m.path.to_string_lossy().ends_with("gone (deleted)"), "{}", m.path.display());
+    assert_eq!(m.kind, papirus_substrate::elf::ElfKind::Executable);
+    assert_eq!(m.load_bias, 0, "ET_EXEC runs at its link addresses");
+    assert_eq!(m.function("main").map(|f| f.address), Some(main_printed));
+    assert_eq!(inv.function_at(main_printed + 1).map(|(_, f)| f.name.as_str()), Some("main"));
+    drop(child.0.stdin.take());
+    assert!(child.0.wait().unwrap().success());
+}
+
 /// The patchability pre-check on entries whose bytes the test wrote in assembly.
 #[test]
 fn patchability_precheck() {
@@ -453,6 +478,48 @@ fn bad_input_is_a_clear_error() {
     fails_with(&["list", "--pid", &pid.to_string()], "kernel thread or a zombie");
     let _ = zombie.0.wait();
     fails_with(&["list", "/bin/sh", "--module", "nomatch"], "no module matches `nomatch`");
+    not_permitted();
     let out = probe(&["list"]);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");
+}
+
+/// Another user's process: listing it as `nobody` is refused with the reason.
+fn not_permitted() {
+    // Only root can switch to nobody.
+    let uid = std::fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        s.lines().find_map(|l| {
+            l.strip_prefix("Uid:").map(|r| r.split_whitespace().next().unwrap_or("").to_string())
+        })
+    });
+    if uid.as_deref() != Some("0") {
+        eprintln!("skipping the other-user case: needs root to run the tool as nobody");
+        return;
+    }
+    let target = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            env!("CARGO_BIN_EXE_papirus-probe"),
+            "list",
+            "--pid",
+        ])
+        .arg(target.0.id().to_string())
+        .output();
+    match out {
+        Ok(o) if String::from_utf8_lossy(&o.stderr).contains("papirus-probe: error:") => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert!(err.contains("cannot read /proc/") && err.contains("same uid or root"), "{err}");
+        }
+        Ok(o) => {
+            assert!(!o.status.success(), "nobody listed root's process");
+            eprintln!(
+                "skipping the other-user case: nobody cannot run the tool here: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        Err(e) => eprintln!("skipping the other-user case: cannot run setpriv: {e}"),
+    }
 }

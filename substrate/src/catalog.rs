@@ -1,9 +1,12 @@
 //! Every event this machine offers, by name: perf's hardware, software and
 //! hw-cache tables, each sysfs PMU's named events, and every tracepoint.
 //!
-//! Listing reads directories only (no tracepoint `id` files), so the
-//! thousands of tracepoints cost a few milliseconds. Whether an event really
-//! opens here is a separate, slower question: [`check`].
+//! Listing reads directories and checks that each tracepoint has an `id`
+//! (ftrace's internal events have none and cannot be opened): 2,362 events
+//! in 14 ms here. Whether an event really opens is a separate, slower
+//! question, [`check`]: an open and a close each, and closing a tracepoint
+//! event waits for the kernel (about 60 ms here, so all 2,300 tracepoints
+//! take over two minutes; software and PMU events take well under 1 ms).
 
 use serde::Serialize;
 
@@ -104,12 +107,13 @@ impl Catalog {
 }
 
 /// Whether `event` opens here: parses it, opens it on the calling thread
-/// (on the first CPU of its PMU's cpumask for system-wide PMUs), and closes
-/// it. The error is the parser's or the kernel's, with its reason.
+/// (on the first CPU of its PMU's cpumask for system-wide PMUs such as RAPL
+/// or uncore, which count no task), and closes it. The error is the
+/// parser's or the kernel's, with its reason.
 pub fn check(parser: &Parser, event: &EventInfo) -> Result<()> {
     let attr = parser.parse(&event.name)?;
-    let target = match parser.pmus().get(&event.pmu).and_then(|p| p.cpumask.as_ref()).and_then(|m| m.first())
-    {
+    let pmu = parser.pmus().get(&event.pmu).filter(|p| !p.is_core());
+    let target = match pmu.and_then(|p| p.cpumask.as_ref()).and_then(|m| m.first()) {
         Some(&cpu) => Target::Cpu(cpu),
         None => Target::ThisThread,
     };

@@ -394,13 +394,20 @@ impl ElfFile {
     /// to a link-time address to get the run-time address. `None` when no
     /// segment covers that offset.
     pub fn load_bias(&self, map_start: u64, map_offset: u64) -> Option<u64> {
-        let seg = self.segments.iter().find(|s| {
-            let page_off = align_down(s.file_offset, s.align);
-            map_offset >= page_off && map_offset < s.file_offset + s.file_size.max(1)
-        })?;
-        // The kernel maps page-aligned, and p_vaddr ≡ p_offset modulo the
-        // page size, so this mapping's start corresponds to vaddr
-        // p_vaddr + (map_offset - p_offset).
+        // The kernel maps each segment from its page-aligned file offset;
+        // a later piece of a split mapping (RELRO) has an offset inside it.
+        // Segments can share a file page, so take the last one that starts
+        // at or before this offset.
+        let seg = self
+            .segments
+            .iter()
+            .filter(|s| {
+                align_down(s.file_offset, s.align) <= map_offset
+                    && map_offset < s.file_offset + s.file_size.max(1)
+            })
+            .max_by_key(|s| align_down(s.file_offset, s.align))?;
+        // p_vaddr ≡ p_offset modulo the page size, so this mapping's start
+        // corresponds to link-time address p_vaddr + (map_offset - p_offset).
         let link = seg.vaddr.wrapping_add(map_offset).wrapping_sub(seg.file_offset);
         Some(map_start.wrapping_sub(link))
     }
@@ -599,7 +606,7 @@ impl<'a, 'f> Builder<'a, 'f> {
         let e = self.endian;
         let versions = self.file.elf_section_table().versions(e, self.data)?;
         let mut out: Vec<Symbol> = Vec::new();
-        let mut seen: HashMap<(String, u64, Option<String>), usize> = HashMap::new();
+        let mut seen: HashMap<(&[u8], u64), usize> = HashMap::new();
         for (table, symtab) in [
             (Table::Symtab, self.file.elf_symbol_table()),
             (Table::Dynsym, self.file.elf_dynamic_symbol_table()),
@@ -627,7 +634,8 @@ impl<'a, 'f> Builder<'a, 'f> {
                     elf::STB_GNU_UNIQUE => Binding::Unique,
                     _ => continue,
                 };
-                let name = String::from_utf8_lossy(symtab.symbol_name(e, sym)?).into_owned();
+                let raw_name = symtab.symbol_name(e, sym)?;
+                let name = String::from_utf8_lossy(raw_name).into_owned();
                 if name.is_empty() {
                     continue;
                 }
@@ -647,7 +655,7 @@ impl<'a, 'f> Builder<'a, 'f> {
                 let address = sym.st_value(e);
                 // .symtab carries no versions, so a dynsym entry matches the
                 // unversioned symtab entry of the same name and address.
-                let merge_key = (name.clone(), address, None);
+                let merge_key = (raw_name, address);
                 if table == Table::Dynsym
                     && let Some(&i) = seen.get(&merge_key)
                     && out[i].table == Table::Symtab
@@ -848,15 +856,22 @@ mod tests {
         let runtime = elf_self_marker as fn(u64) -> u64 as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let canon = std::fs::canonicalize(&exe).unwrap();
-        let first = maps
+        let own: Vec<(u64, u64)> = maps
             .lines()
-            .find(|l| l.ends_with(&*canon.to_string_lossy()))
-            .unwrap_or_else(|| panic!("{} not in /proc/self/maps", canon.display()));
-        let mut fields = first.split_whitespace();
-        let start = u64::from_str_radix(fields.next().unwrap().split('-').next().unwrap(), 16).unwrap();
-        let offset = u64::from_str_radix(fields.nth(1).unwrap(), 16).unwrap();
-        let bias = f.load_bias(start, offset).unwrap();
+            .filter(|l| l.ends_with(&*canon.to_string_lossy()))
+            .map(|l| {
+                let mut fields = l.split_whitespace();
+                let start =
+                    u64::from_str_radix(fields.next().unwrap().split('-').next().unwrap(), 16).unwrap();
+                (start, u64::from_str_radix(fields.nth(1).unwrap(), 16).unwrap())
+            })
+            .collect();
+        assert!(own.len() >= 2, "{} mapped in pieces: {own:x?}", canon.display());
+        let bias = f.load_bias(own[0].0, own[0].1).unwrap();
         assert_eq!(marker.address.wrapping_add(bias), runtime, "bias {bias:#x}");
+        for (start, offset) in &own {
+            assert_eq!(f.load_bias(*start, *offset), Some(bias), "mapping at {start:#x} offset {offset:#x}");
+        }
         if f.kind() == ElfKind::Executable {
             assert_eq!(bias, 0);
         }

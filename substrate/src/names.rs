@@ -420,6 +420,11 @@ impl Parser {
             return Err(malformed(event, "no PMU name before `/`"));
         }
         let Some(pmu) = self.pmus.get(pmu_name) else {
+            if matches!(pmu_name, "cpu" | "cpu_core" | "cpu_atom")
+                && !self.pmus.pmus().iter().any(Pmu::is_core)
+            {
+                return Err(Error::NoHardwarePmu { event: event.to_string() });
+            }
             return Err(Error::UnknownPmu {
                 name: pmu_name.to_string(),
                 event: event.to_string(),
@@ -512,7 +517,7 @@ impl Parser {
         if let Some(c) = base.chars().find(|c| matches!(c, '*' | '?' | '[' | ']' | '{' | '}')) {
             return Err(malformed(
                 event,
-                format!("`{c}`: globs select many tracepoints; name one (`papirus` lists them)"),
+                format!("`{c}`: globs select many tracepoints; name one (`catalog::Catalog` lists them)"),
             ));
         }
         if let Some(c) =
@@ -534,6 +539,12 @@ impl Parser {
                 // `instructions:z`: a known event with a letter that is no modifier.
                 if !events.join(sys).is_dir() && !sys.contains('/') && self.symbolic(sys, sys, None).is_ok() {
                     return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
+                }
+                if events.join(sys).join(tp).is_dir() {
+                    return Err(malformed(
+                        event,
+                        "tracefs lists it but gives it no id: ftrace's own events cannot be opened through perf",
+                    ));
                 }
                 let candidates = if events.join(sys).is_dir() {
                     list_dirs(&events.join(sys)).into_iter().map(|t| format!("{sys}:{t}")).collect()
@@ -950,13 +961,17 @@ fn list_dirs(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Every `subsystem:name` under a tracefs root, sorted.
+/// Every `subsystem:name` under a tracefs root that perf can open (has an
+/// `id`; ftrace's internal events do not), sorted.
 pub(crate) fn tracepoint_names(root: &Path) -> Vec<String> {
     let events = root.join("events");
     let mut out = Vec::new();
     for sys in list_dirs(&events) {
-        for tp in list_dirs(&events.join(&sys)) {
-            out.push(format!("{sys}:{tp}"));
+        let dir = events.join(&sys);
+        for tp in list_dirs(&dir) {
+            if dir.join(&tp).join("id").exists() {
+                out.push(format!("{sys}:{tp}"));
+            }
         }
     }
     out.sort();

@@ -5,9 +5,9 @@
 //!
 //! The root directory (normally `/sys/bus/event_source/devices`) is a
 //! parameter so tests can run on fixture trees of machines they are not on.
-//! Nothing here panics on odd sysfs contents: a PMU directory that cannot be
-//! read is an error, an unparsable format or event file is kept out of the
-//! set and reported in [`PmuSet::skipped`].
+//! Nothing here panics on odd sysfs contents: only an unreadable root is an
+//! error; a PMU, format field or event that cannot be read or parsed is kept
+//! out of the set and reported, with the reason, in [`PmuSet::skipped`].
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -506,7 +506,9 @@ mod tests {
         }
         match set.get("msr") {
             Some(msr) => {
-                assert!(msr.alias("tsc").is_some(), "msr PMU without tsc: {msr:?}");
+                // The x86 msr driver: format event=config:0-63, tsc is event 0.
+                assert_eq!(msr.alias("tsc").map(|a| a.terms.as_str()), Some("event=0x00"), "{msr:?}");
+                assert_eq!(msr.format("event").map(|f| f.ranges.clone()), Some(vec![(0, 63)]));
                 assert!(msr.counts_all_domains());
             }
             None => println!("no msr PMU on this machine"),

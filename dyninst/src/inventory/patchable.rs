@@ -143,7 +143,9 @@ pub fn check(elf: &ElfFile, func: &Function) -> Patchability {
 }
 
 fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
-    if func.section.starts_with(".plt") || elf.plt_stubs().iter().any(|p| p.address == func.link_address) {
+    if func.section.starts_with(".plt")
+        || elf.plt_stubs().binary_search_by_key(&func.link_address, |p| p.address).is_ok()
+    {
         return Err(Reason::PltStub);
     }
     if func.kind == SymbolKind::Object {

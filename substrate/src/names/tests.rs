@@ -372,6 +372,8 @@ fn tracepoints() {
         Error::UnknownEvent { suggestions, .. } => assert_eq!(suggestions[0], "syscalls:sys_enter_write"),
         e => panic!("{e:?}"),
     }
+    let e = err(&p, "ftrace:bprint").to_string();
+    assert!(e.contains("no id"), "{e}");
     assert!(matches!(err(&p, "syscalls:sys_enter_*"), Error::Malformed { .. }));
     assert!(matches!(err(&p, "syscalls:"), Error::Malformed { .. }));
     let mut none = fixture("intel");
@@ -501,6 +503,10 @@ fn malformed_terms_unknown_pmus_and_terms() {
     assert!(matches!(err(&p, "r123456789abcdef01"), Error::Malformed { .. }));
     let e = err(&p, "cpu/period=100000/").to_string();
     assert!(e.contains("`period`"), "{e}");
+    let mut no_core = Parser::new(PmuSet::discover_at(fixtures().join("sysfs/broken")).unwrap());
+    no_core.tracefs_at(None);
+    let e = err(&no_core, "cpu/event=0xc0/").to_string();
+    assert!(e.contains("no hardware PMU is exposed"), "{e}");
     match err(&p, "cpuu/event=0x3c/") {
         Error::UnknownPmu { name, suggestions, .. } => {
             assert_eq!(name, "cpuu");
@@ -528,4 +534,32 @@ fn default_parser_is_cached() {
     assert_eq!(a, b);
     assert_eq!(enc(&parse_event("task-clock").unwrap()), (1, 1, 0, 0));
     assert!(matches!(parse_event("task-clok"), Err(Error::UnknownEvent { .. })));
+}
+
+// powerpc's hv_24x7 publishes events whose parameters the user must give,
+// written `name=?` in sysfs (`domain=2,offset=0xe0,starting_index=?`).
+#[test]
+fn alias_parameters_marked_with_a_question_mark_must_be_given() {
+    use crate::pmu::{FormatField, PmuAlias};
+    let pmu = Pmu {
+        name: "hv_24x7".into(),
+        type_: 30,
+        formats: vec![
+            FormatField::parse("domain", "config:0-3").unwrap(),
+            FormatField::parse("offset", "config:16-31").unwrap(),
+            FormatField::parse("starting_index", "config:32-47").unwrap(),
+        ],
+        aliases: vec![PmuAlias {
+            name: "PM_PB_CYC".into(),
+            terms: "domain=2,offset=0xe0,starting_index=?".into(),
+            scale: 1.0,
+            unit: None,
+        }],
+        cpumask: None,
+    };
+    let mut p = Parser::new(PmuSet::from_pmus("/nonexistent", vec![pmu]));
+    p.tracefs_at(None);
+    assert_eq!(enc(&parse(&p, "hv_24x7/PM_PB_CYC,starting_index=5/")), (30, 2 | 0xe0 << 16 | 5 << 32, 0, 0));
+    let e = err(&p, "hv_24x7/PM_PB_CYC/").to_string();
+    assert!(e.contains("needs a value for `starting_index`"), "{e}");
 }
