@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{Dyn as _, FileHeader, ProgramHeader as _, Rela as _, SectionHeader as _, Sym as _};
-use object::{Endianness, FileKind, Object as _, SectionIndex};
+use object::{Endianness, FileKind, Object as _};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -46,13 +46,6 @@ impl std::fmt::Display for ElfKind {
             ElfKind::Relocatable => f.write_str("relocatable object"),
             ElfKind::Other(t) => write!(f, "ELF type {t:#x}"),
         }
-    }
-}
-
-impl ElfKind {
-    /// Whether the loader may place this file anywhere (a non-zero load bias).
-    pub fn is_relocatable_at_load(self) -> bool {
-        matches!(self, ElfKind::PieExecutable | ElfKind::SharedObject)
     }
 }
 
@@ -226,7 +219,11 @@ pub struct ElfFile {
     plt: Vec<PltStub>,
     has_symtab: bool,
     build_id: Option<Vec<u8>>,
+    interpreter: Option<String>,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 impl std::fmt::Debug for ElfFile {
@@ -299,6 +296,26 @@ impl ElfFile {
         self.soname.as_deref()
     }
 
+    /// `DT_NEEDED`: the shared objects this file asks the loader for, in order.
+    pub fn needed(&self) -> &[String] {
+        &self.needed
+    }
+
+    /// `DT_RUNPATH`, unexpanded (`$ORIGIN` left as is).
+    pub fn runpath(&self) -> Option<&str> {
+        self.runpath.as_deref()
+    }
+
+    /// `DT_RPATH` (the older, LD_LIBRARY_PATH-overriding form), unexpanded.
+    pub fn rpath(&self) -> Option<&str> {
+        self.rpath.as_deref()
+    }
+
+    /// `PT_INTERP`: the dynamic loader an executable names.
+    pub fn interpreter(&self) -> Option<&str> {
+        self.interpreter.as_deref()
+    }
+
     /// The GNU build-id note, when present.
     pub fn build_id(&self) -> Option<&[u8]> {
         self.build_id.as_deref()
@@ -355,11 +372,6 @@ impl ElfFile {
         let start = exec.clone().map(|s| s.vaddr).min()?;
         let end = exec.map(|s| s.vaddr + s.mem_size).max()?;
         Some(start..end)
-    }
-
-    /// The lowest `PT_LOAD` address (page-aligned as the loader maps it).
-    pub fn lowest_load_vaddr(&self) -> Option<u64> {
-        self.segments.iter().map(|s| align_down(s.vaddr, s.align)).min()
     }
 
     /// The file offset of link-time address `vaddr`, through the `PT_LOAD`
@@ -533,7 +545,11 @@ impl<'a, 'f> Builder<'a, 'f> {
             plt,
             has_symtab,
             build_id: self.file.build_id()?.map(<[u8]>::to_vec),
+            interpreter: self.interpreter(),
             soname: dynamic.soname,
+            needed: dynamic.needed,
+            runpath: dynamic.runpath,
+            rpath: dynamic.rpath,
         })
     }
 
@@ -579,21 +595,33 @@ impl<'a, 'f> Builder<'a, 'f> {
             .collect()
     }
 
+    fn interpreter(&self) -> Option<String> {
+        let e = self.endian;
+        let p = self.file.elf_program_headers().iter().find(|p| p.p_type(e) == elf::PT_INTERP)?;
+        let bytes = p.data(e, self.data).ok()?;
+        let bytes = bytes.split(|&b| b == 0).next()?;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
     fn dynamic_info(&self) -> object::Result<DynamicInfo> {
         let e = self.endian;
         let mut info = DynamicInfo::default();
         let table = self.file.elf_section_table();
-        let Some((entries, index)) = table.dynamic(e, self.data)? else {
+        let Some((entries, strtab)) = table.dynamic(e, self.data)? else {
             return Ok(info);
         };
-        let strings =
-            table.strings(e, self.data, SectionIndex(table.section(index)?.sh_link(e) as usize)).ok();
+        let strings = table.strings(e, self.data, strtab).ok();
         for d in entries {
             match d.tag(e) {
                 elf::DT_FLAGS_1 => info.pie |= elf::DynamicFlags1(d.d_val(e)).contains(elf::DF_1_PIE),
-                elf::DT_SONAME => {
-                    if let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) {
-                        info.soname = Some(String::from_utf8_lossy(s).into_owned());
+                tag @ (elf::DT_SONAME | elf::DT_NEEDED | elf::DT_RUNPATH | elf::DT_RPATH) => {
+                    let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) else { continue };
+                    let s = String::from_utf8_lossy(s).into_owned();
+                    match tag {
+                        elf::DT_SONAME => info.soname = Some(s),
+                        elf::DT_NEEDED => info.needed.push(s),
+                        elf::DT_RUNPATH => info.runpath = Some(s),
+                        _ => info.rpath = Some(s),
                     }
                 }
                 _ => {}
@@ -757,6 +785,9 @@ impl<'a, 'f> Builder<'a, 'f> {
 struct DynamicInfo {
     pie: bool,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 /// The memory slot of a PLT entry's `jmp *slot(%rip)`, allowing a leading
@@ -843,6 +874,7 @@ mod tests {
         assert!(text.contains(&main.address), "{main:?} outside {text:?}");
         assert_eq!(main.binding, Binding::Global);
         assert_eq!(main.section, ".text");
+        assert_eq!(f.function_at(main.address + 1).map(|s| s.name.as_str()), Some("main"));
         let off = f.vaddr_to_file_offset(main.address).unwrap();
         assert_eq!(f.file_offset_to_vaddr(off), Some(main.address));
         assert_eq!(f.bytes_at(main.address, 8).unwrap(), &f.data()[off as usize..off as usize + 8]);
@@ -1034,6 +1066,22 @@ int main(int argc, char **argv) {
         assert_eq!(f.lookup_function("helper").unwrap().binding, Binding::Local);
         assert_eq!(f.lookup_function("weakfn").unwrap().binding, Binding::Weak);
         assert_eq!(f.lookup_function("main").unwrap().table, Table::Both, "-rdynamic exports main");
+        assert_eq!(f.needed(), ["libc.so.6"]);
+        assert_eq!(f.interpreter(), Some("/lib64/ld-linux-x86-64.so.2"));
+        match ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") {
+            Ok(libc) => {
+                assert_eq!(libc.soname(), Some("libc.so.6"));
+                assert_eq!(libc.kind(), ElfKind::SharedObject);
+                // memcpy has two versions; the default one wins unless one is named.
+                let default = libc.lookup_function("memcpy").unwrap();
+                assert_eq!(default.versioned_name(), "memcpy@@GLIBC_2.14");
+                let old = libc.lookup_function("memcpy@GLIBC_2.2.5").unwrap();
+                assert!(old.hidden_version && old.address != default.address);
+                assert_eq!(libc.lookup_function("memcpy@@GLIBC_2.14").unwrap(), default);
+                assert!(libc.lookup_function("memcpy@GLIBC_9.9").is_err());
+            }
+            Err(e) => eprintln!("skipping the libc checks: {e}"),
+        }
         assert!(f.lookup_function("counter").is_err(), "data is not a function");
         assert_eq!(f.lookup_symbol("counter").unwrap().kind, SymbolKind::Object);
 
