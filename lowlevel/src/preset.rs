@@ -497,10 +497,10 @@ fn parse_preset(
         } else {
             Term::Perf { name: t.clone() }
         };
-        if let (Term::Core { event, .. }, Some(Vendor::Intel)) = (&term, vendor) {
-            if event.event > 0xff {
-                return Err(format!("`{t}`: Intel event selects have 8 bits"));
-            }
+        if let (Term::Core { event, .. }, Some(Vendor::Intel)) = (&term, vendor)
+            && event.event > 0xff
+        {
+            return Err(format!("`{t}`: Intel event selects have 8 bits"));
         }
         terms.push(term);
     }

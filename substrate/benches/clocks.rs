@@ -87,7 +87,7 @@ fn benches(c: &mut Criterion) {
             eprintln!("group paths: {:?}; mixed group paths: {:?}", g.paths(), m.paths());
             g.enable().expect("enable group");
             m.enable().expect("enable group");
-            let mut out = [Count::default(); 3];
+            let mut out: Vec<Count> = Vec::new();
             bench(c, "group3", "user_space", || g.read_into(&mut out).map(|_| out[0].raw));
             let mut counts = GroupCounts::default();
             bench(c, "group3", "read_syscall", || g.group().read_into(&mut counts));

@@ -180,6 +180,12 @@ pub fn clock() -> &'static Clock {
     CLOCK.get_or_init(Clock::new)
 }
 
+// The process-wide clock is shared by every thread.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Clock>();
+};
+
 struct Conv {
     mult: u64,
     shift: u32,

@@ -304,7 +304,7 @@ fn group_read_takes_user_space_only_when_every_member_can() {
     };
     assert!(g.user_space(), "{:?}", g.paths());
     g.enable().unwrap();
-    let mut out = [Count::default(); 3];
+    let mut out: Vec<Count> = Vec::new();
     let mut e = Errors::default();
     let mut user = 0;
     for i in 0..20_000u32 {
