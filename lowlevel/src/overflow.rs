@@ -36,6 +36,7 @@ use papirus_substrate::signal::{Delivery, Notifier, NotifierStats, default_signa
 use papirus_substrate::{Counter, EventAttr, Target};
 
 use crate::error::{Error, Result, SetOp};
+use crate::eventset::EventSet;
 use crate::profil::{ProfilFlags, Profile, Region};
 
 /// `PAPI_OVERFLOW_FORCE_SW`: emulate overflow by polling. Not offered: perf
@@ -118,6 +119,38 @@ impl OverflowSet {
 
     fn stopped(&self, op: SetOp) -> Result<()> {
         if self.owner.is_some() { Err(Error::IsRunning { op }) } else { Ok(()) }
+    }
+
+    /// An overflow set with the events of `set`, in the same order, so
+    /// indices and overflow-vector bits match the event set's positions;
+    /// `id` is reported to handlers.
+    ///
+    /// The two sets open their events separately (an [`EventSet`] cannot yet
+    /// hand its descriptors over): count with one or the other. Derived
+    /// presets (several native terms) are refused: perf cannot sample a sum.
+    pub fn from_event_set(set: &EventSet, id: i32) -> Result<Self> {
+        let mut out = OverflowSet::new(id);
+        for e in set.events() {
+            match e.terms.as_slice() {
+                [one] => {
+                    let mut attr = parse_event(one)?;
+                    attr.name_as(e.name.clone());
+                    out.add_attr(attr)?;
+                }
+                terms => {
+                    return Err(Error::NotSupported {
+                        op: SetOp::SetOption,
+                        reason: format!(
+                            "`{}` is derived from {} native events ({}); overflow and profil need one native event",
+                            e.name,
+                            terms.len(),
+                            terms.join(", ")
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(out)
     }
 
     /// Uses real-time signal `signal` for this set's overflows.

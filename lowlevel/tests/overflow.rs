@@ -256,3 +256,33 @@ fn deferred_mode_queues_every_overflow_for_a_normal_thread() {
     assert_eq!(queue.dropped(), 0);
     assert!(queue.pop().is_none());
 }
+
+#[test]
+fn overflow_set_from_an_event_set_keeps_positions() {
+    let fa = addr_of(f);
+    let lib = papirus_lowlevel::init().unwrap();
+    let mut es = lib.event_set();
+    es.add_named("task-clock").unwrap();
+    es.add_named(&format!("mem:{fa:#x}:x")).unwrap();
+    let mut set = OverflowSet::from_event_set(&es, 42).unwrap();
+    assert_eq!(set.len(), 2);
+    let hits = Arc::new(AtomicU64::new(0));
+    let h = hits.clone();
+    set.overflow(
+        1,
+        1,
+        0,
+        Arc::new(move |i| {
+            if i.vector == 1 << 1 && i.address == fa && i.event_set == 42 {
+                h.fetch_add(1, Ordering::Relaxed);
+            }
+        }),
+    )
+    .unwrap();
+    set.start().unwrap();
+    for i in 0..100 {
+        black_box(f(i));
+    }
+    let v = set.stop().unwrap();
+    assert_eq!((hits.load(Ordering::Relaxed), v[1]), (100, 100));
+}
