@@ -92,7 +92,7 @@ impl ProcessSymbols {
                 })
                 .clone();
             let Some(elf) = elf else { continue };
-            let Some(bias) = exec_bias(&elf, m.start, m.offset) else { continue };
+            let Some(bias) = elf.load_bias(m.start, m.offset) else { continue };
             out.modules.push(Module { path, range: m.start..m.end, bias, elf });
         }
         out
@@ -121,19 +121,6 @@ impl ProcessSymbols {
             offset: addr - start,
         })
     }
-}
-
-/// The load bias from an executable mapping: the executable `PT_LOAD`
-/// segment that covers `offset` decides. (A read-only segment that ends
-/// inside the same page would also "cover" a page-aligned offset, and its
-/// vaddr-to-offset delta can differ by a page.)
-fn exec_bias(elf: &ElfFile, start: u64, offset: u64) -> Option<u64> {
-    let seg = elf.segments().iter().find(|s| {
-        let page_start = s.file_offset & !(s.align.max(1).next_power_of_two() - 1);
-        s.exec && offset >= page_start && offset < s.file_offset + s.file_size.max(1)
-    })?;
-    let link = seg.vaddr.wrapping_add(offset).wrapping_sub(seg.file_offset);
-    Some(start.wrapping_sub(link))
 }
 
 struct MapsLine<'a> {
