@@ -494,6 +494,14 @@ impl SampleQueue {
     }
 }
 
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<SampleQueue>();
+    send_sync::<Profile>();
+    send::<OverflowSet>();
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

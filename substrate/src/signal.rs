@@ -372,3 +372,11 @@ impl Drop for Notifier {
         s.claimed.store(false, Ordering::Release);
     }
 }
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Notifier>();
+    send::<RingBuffer>();
+    send::<Sampler>();
+};
