@@ -32,7 +32,15 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 
 use papirus_substrate::names::parse_event;
 use papirus_substrate::sample::{Record, SampleType, Sampler, Sampling};
-use papirus_substrate::signal::{Delivery, Notifier, NotifierStats, default_signal, gettid};
+use papirus_substrate::signal::{
+    Delivery, MIN_CLOCK_PERIOD_NS, Notifier, NotifierStats, default_signal, gettid,
+};
+
+use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
+
+// perf's software clock events (linux/perf_event.h, perf_sw_ids).
+const PERF_COUNT_SW_CPU_CLOCK: u64 = 0;
+const PERF_COUNT_SW_TASK_CLOCK: u64 = 1;
 use papirus_substrate::{Counter, EventAttr, Target};
 
 use crate::error::{Error, Result, SetOp};
@@ -214,6 +222,17 @@ impl OverflowSet {
             what: "event index",
             reason: format!("{index} is not in a set of {n} events"),
         })?;
+        let clock = e.attr.type_() == PERF_TYPE_SOFTWARE
+            && [PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK].contains(&e.attr.config_value());
+        if clock && threshold != 0 && threshold < MIN_CLOCK_PERIOD_NS {
+            return Err(Error::Invalid {
+                what: "overflow threshold",
+                reason: format!(
+                    "{threshold} ns of `{}`: periods under {MIN_CLOCK_PERIOD_NS} ns are shorter than a signal handler here and would livelock the thread; sample faster with a ring read by a normal thread (papirus_substrate::sample)",
+                    e.attr.name()
+                ),
+            });
+        }
         if threshold == 0 {
             e.threshold = 0;
             e.dispatch = None;
@@ -577,7 +596,11 @@ mod tests {
         let i = s.add("task-clock").unwrap();
         assert!(matches!(s.add("task-clock"), Err(Error::Duplicate { .. })));
         assert!(matches!(s.overflow(i, 10, OVERFLOW_FORCE_SW, h.clone()), Err(Error::NotSupported { .. })));
-        s.overflow(i, 10, OVERFLOW_HARDWARE, h).unwrap();
+        assert!(
+            matches!(s.overflow(i, 10, OVERFLOW_HARDWARE, h.clone()), Err(Error::Invalid { .. })),
+            "10 ns clock period"
+        );
+        s.overflow(i, 1_000_000, OVERFLOW_HARDWARE, h).unwrap();
         assert!(s.is_overflowing());
         s.overflow(i, 0, 0, Arc::new(|_| {})).unwrap();
         assert!(!s.is_overflowing(), "threshold 0 turns overflow off");

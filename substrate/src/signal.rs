@@ -4,9 +4,14 @@
 //! [`Notifier::attach`] routes a [`Sampler`]'s wakeups to one thread:
 //! `F_SETOWN_EX`/`F_OWNER_TID` (that thread only, never another thread of
 //! the process), `F_SETSIG` with a real-time signal (queued, one per
-//! wakeup, and carrying the descriptor in `si_fd`), then `O_ASYNC`. The
-//! process-wide handler finds the registration by `si_fd`, drains the whole
-//! ring and calls the user's callback once per record, on the owning thread.
+//! wakeup), then `O_ASYNC`. The process-wide handler drains the rings of
+//! every registration the interrupted thread owns for that signal and calls
+//! the user's callback once per record; surplus signals (one wakeup's
+//! samples were already drained by an earlier signal) find empty rings.
+//! When samples come faster than handlers run, the real-time queue
+//! (`RLIMIT_SIGPENDING`) overflows and the kernel sends a plain SIGIO
+//! instead: papirus handles SIGIO too (draining this thread's rings) and
+//! passes other SIGIOs to the handler installed before it.
 //!
 //! # Re-arming
 //!
@@ -31,6 +36,18 @@
 //! chosen with [`Notifier::attach`]; non-real-time signals are refused
 //! because they do not queue and do not carry `si_fd` reliably.
 //!
+//! # Periods shorter than a handler
+//!
+//! Each sample costs a signal delivery (tens of µs in a KVM guest, see
+//! README). If the sampled thread generates samples faster than it handles
+//! them (a task-clock or cpu-clock period below the handler's cost, whose
+//! own CPU time counts), signals pile up and the thread livelocks in its
+//! handlers: nothing is lost, but it never gets back to its own code.
+//! papirus does not pause the event inside the handler, as PAPI does,
+//! because that needs the re-arm ioctl above; the low-level API refuses
+//! clock periods under [`MIN_CLOCK_PERIOD_NS`] instead, and samplers that
+//! need higher rates read their ring from a normal thread without signals.
+//!
 //! # What a callback may do
 //!
 //! It runs in signal context on the owning thread: it may read and write
@@ -46,8 +63,11 @@
 //! `siginfo_t`, reads `gettid`/`errno`, and dereferences registrations
 //! published through atomics. A registration is freed only after it was
 //! unpublished and no handler holds it (a busy count checked with SeqCst on
-//! both sides); a callback runs only on the owning thread and signals of one
-//! number do not nest, so it is never entered twice at once.
+//! both sides); the handler touches a registration only on its owning thread
+//! and for its own signal number (checked on every signal, since a queued
+//! signal can outlive its descriptor and the number be reused), and signals
+//! of one number do not nest, so a ring and callback are never entered twice
+//! at once.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
@@ -61,6 +81,11 @@ use crate::error::{Error, Op, Result};
 use crate::ring::{RingBuffer, RingStats};
 use crate::sample::{ParseError, Record, Sampler, SamplingEvents};
 use crate::sys::Fcntl;
+
+/// The shortest task-clock/cpu-clock period (ns) worth routing to a signal
+/// handler: a handler costs tens of µs here, and a shorter period livelocks
+/// the thread (see the module docs).
+pub const MIN_CLOCK_PERIOD_NS: u64 = 100_000;
 
 /// The signal papirus routes overflows to unless told otherwise: `SIGRTMAX - 3`.
 pub fn default_signal() -> i32 {
@@ -78,7 +103,7 @@ pub fn gettid() -> i32 {
 pub struct Delivery {
     /// The signal number.
     pub signal: i32,
-    /// The event descriptor the signal named.
+    /// The descriptor of the event whose ring is being drained.
     pub fd: RawFd,
     /// The thread the handler runs on (the owner).
     pub tid: i32,
@@ -121,8 +146,10 @@ struct Registration {
 
 struct Slot {
     claimed: AtomicBool,
+    draining: AtomicBool,
     fd: AtomicI32,
     owner: AtomicI32,
+    signal: AtomicI32,
     busy: AtomicU32,
     reg: AtomicPtr<Registration>,
 }
@@ -134,8 +161,10 @@ const SLOTS: usize = 256;
 #[allow(clippy::declare_interior_mutable_const)]
 const EMPTY: Slot = Slot {
     claimed: AtomicBool::new(false),
+    draining: AtomicBool::new(false),
     fd: AtomicI32::new(-1),
     owner: AtomicI32::new(0),
+    signal: AtomicI32::new(0),
     busy: AtomicU32::new(0),
     reg: AtomicPtr::new(ptr::null_mut()),
 };
@@ -144,17 +173,6 @@ static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 static INSTALLED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 /// Signals that reached the handler and matched no registration (stale or foreign).
 static STRAY: AtomicU64 = AtomicU64::new(0);
-
-/// The `SIGPOLL` view of `siginfo_t` on 64-bit Linux.
-#[repr(C)]
-struct SigPollInfo {
-    signo: i32,
-    errno: i32,
-    code: i32,
-    _pad: i32,
-    band: i64,
-    fd: i32,
-}
 
 /// Signals that reached papirus' handler with no live registration.
 pub fn stray_signals() -> u64 {
@@ -166,12 +184,19 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, ucontex
     let errno_slot = unsafe { libc::__errno_location() };
     // SAFETY: as above; saved so the interrupted code sees its own errno.
     let saved_errno = unsafe { *errno_slot };
-    // SAFETY: SA_SIGINFO handlers receive a valid siginfo_t; the SIGPOLL
-    // layout (si_band, si_fd) is what F_SETSIG delivers.
-    let fd = unsafe { (*info.cast::<SigPollInfo>()).fd };
+    // SAFETY: SA_SIGINFO handlers receive a valid siginfo_t.
+    let code = unsafe { (*info).si_code };
+    // The kernel falls back to a plain SIGIO (SI_KERNEL) when the real-time
+    // signal cannot be queued (RLIMIT_SIGPENDING): then any of this thread's
+    // registrations may have data.
+    let overflow_fallback = signal == libc::SIGIO && code == libc::SI_KERNEL;
+    let tid = gettid();
     let mut matched = false;
     for slot in &TABLE {
-        if slot.fd.load(Ordering::Acquire) != fd {
+        // Every registration of this thread and signal is drained, not only
+        // the one si_fd names: one signal may stand for several wakeups.
+        let sig_ok = overflow_fallback || slot.signal.load(Ordering::Relaxed) == signal;
+        if !sig_ok || slot.reg.load(Ordering::Relaxed).is_null() {
             continue;
         }
         // ATOMICS: SeqCst busy increment then SeqCst load of `reg`, against
@@ -179,24 +204,55 @@ extern "C" fn on_signal(signal: libc::c_int, info: *mut libc::siginfo_t, ucontex
         // null, or detach sees us busy and waits.
         slot.busy.fetch_add(1, Ordering::SeqCst);
         let reg = slot.reg.load(Ordering::SeqCst);
-        if !reg.is_null() && slot.fd.load(Ordering::SeqCst) == fd {
+        // Only the owner thread may touch the ring (a queued signal can
+        // outlive its descriptor), and never while a drain of the same slot
+        // is interrupted further up this thread's stack.
+        if !reg.is_null()
+            && slot.owner.load(Ordering::Relaxed) == tid
+            && slot.draining.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_ok()
+        {
             matched = true;
-            let delivery =
-                Delivery { signal, fd, tid: slot.owner.load(Ordering::Relaxed), ucontext: ucontext as usize };
+            let fd = slot.fd.load(Ordering::Relaxed);
+            let delivery = Delivery { signal, fd, tid, ucontext: ucontext as usize };
             // SAFETY: `reg` is published and cannot be freed while busy > 0;
-            // only the owning thread receives this fd's signal and a signal
-            // does not interrupt its own handler, so this is the only
-            // reference.
+            // the `draining` flag, taken only by the owner thread, makes this
+            // the only reference.
             let reg = unsafe { &mut *reg };
             drain(reg, &delivery);
+            slot.draining.store(false, Ordering::Release);
         }
         slot.busy.fetch_sub(1, Ordering::SeqCst);
     }
     if !matched {
         STRAY.fetch_add(1, Ordering::Relaxed);
     }
+    if signal == libc::SIGIO && !overflow_fallback {
+        chain_sigio(signal, info, ucontext);
+    }
     // SAFETY: restoring this thread's errno slot.
     unsafe { *errno_slot = saved_errno };
+}
+
+/// The SIGIO disposition papirus replaced: (handler address, flags).
+static PREVIOUS_SIGIO: std::sync::OnceLock<(usize, i32)> = std::sync::OnceLock::new();
+
+/// Passes a SIGIO that was not ours to the handler installed before papirus.
+fn chain_sigio(signal: libc::c_int, info: *mut libc::siginfo_t, ucontext: *mut c_void) {
+    let Some(&(handler, flags)) = PREVIOUS_SIGIO.get() else { return };
+    if handler == libc::SIG_DFL || handler == libc::SIG_IGN {
+        return;
+    }
+    if flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous disposition was installed with SA_SIGINFO, so
+        // its address is a three-argument handler.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { std::mem::transmute(handler) };
+        f(signal, info, ucontext);
+    } else {
+        // SAFETY: without SA_SIGINFO the address is a one-argument handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(handler) };
+        f(signal);
+    }
 }
 
 fn drain(reg: &mut Registration, delivery: &Delivery) {
@@ -220,27 +276,44 @@ fn drain(reg: &mut Registration, delivery: &Delivery) {
 
 fn install(signal: i32) -> Result<()> {
     let mut installed = INSTALLED.lock().unwrap_or_else(|p| p.into_inner());
-    if installed.contains(&signal) {
-        return Ok(());
+    // SIGIO too: the kernel sends it instead when the real-time queue is
+    // full, and its default action would kill the process.
+    for sig in [libc::SIGIO, signal] {
+        if installed.contains(&sig) {
+            continue;
+        }
+        // SAFETY: a zeroed sigaction is a valid starting value; we fill the
+        // handler, flags and mask before passing it to the kernel.
+        let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+        act.sa_sigaction = on_signal as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        // Our handlers never interrupt each other: block SIGIO and every
+        // real-time signal while one runs.
+        // SAFETY: act.sa_mask is a valid sigset_t owned by this frame.
+        unsafe {
+            libc::sigemptyset(&mut act.sa_mask);
+            libc::sigaddset(&mut act.sa_mask, libc::SIGIO);
+            for rt in libc::SIGRTMIN()..=libc::SIGRTMAX() {
+                libc::sigaddset(&mut act.sa_mask, rt);
+            }
+        }
+        // SAFETY: a zeroed sigaction for the kernel to fill with the old one.
+        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+        // SAFETY: `act` is fully initialised and `old` is writable.
+        let ret = unsafe { libc::sigaction(sig, &act, &mut old) };
+        if ret != 0 {
+            return Err(Error::Kernel {
+                op: Op::Ioctl,
+                event: format!("signal {sig}"),
+                errno: crate::sys::Errno::last(),
+                hint: "sigaction refused to install papirus' overflow handler".into(),
+            });
+        }
+        if sig == libc::SIGIO && old.sa_sigaction != on_signal as *const () as usize {
+            let _ = PREVIOUS_SIGIO.set((old.sa_sigaction, old.sa_flags));
+        }
+        installed.push(sig);
     }
-    // SAFETY: a zeroed sigaction is a valid starting value; we fill the
-    // handler, flags and an empty mask before passing it to the kernel.
-    let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
-    act.sa_sigaction = on_signal as *const () as usize;
-    act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
-    // SAFETY: act.sa_mask is a valid sigset_t owned by this frame.
-    unsafe { libc::sigemptyset(&mut act.sa_mask) };
-    // SAFETY: `act` is fully initialised; the old action is not requested.
-    let ret = unsafe { libc::sigaction(signal, &act, ptr::null_mut()) };
-    if ret != 0 {
-        return Err(Error::Kernel {
-            op: Op::Ioctl,
-            event: format!("signal {signal}"),
-            errno: crate::sys::Errno::last(),
-            hint: "sigaction refused the overflow signal".into(),
-        });
-    }
-    installed.push(signal);
     Ok(())
 }
 
@@ -291,6 +364,7 @@ impl Notifier {
         };
         let s = &TABLE[slot];
         s.owner.store(owner, Ordering::Relaxed);
+        s.signal.store(signal, Ordering::Relaxed);
         s.reg.store(reg, Ordering::SeqCst);
         s.fd.store(events.fd().as_raw_fd(), Ordering::SeqCst);
         let notifier = Notifier { events, slot, signal, owner, stats };
@@ -353,7 +427,7 @@ impl Drop for Notifier {
         let _ = self.route(false);
         let s = &TABLE[self.slot];
         let reg = s.reg.swap(ptr::null_mut(), Ordering::SeqCst);
-        let inside_own_handler = gettid() == self.owner && s.busy.load(Ordering::SeqCst) > 0;
+        let inside_own_handler = gettid() == self.owner && s.draining.load(Ordering::SeqCst);
         if inside_own_handler {
             // Dropped from its own callback: freeing would pull the ring from
             // under the running drain. Leak the registration instead.

@@ -339,3 +339,52 @@ fn stress_at_max_rate_with_slow_consumer_counts_every_loss() {
     assert_eq!(Some(ts.lost), tc_kernel.lost, "task-clock LOST records == kernel's lost counter");
     assert_eq!(bs.corrupt_bytes + ts.corrupt_bytes, 0);
 }
+
+/// Notifiers attached and dropped while their signals are in flight, on two
+/// threads at once (so descriptor numbers get reused across threads): no
+/// crash, no callback on a foreign thread, and stale signals are only
+/// counted as stray.
+#[test]
+fn attach_and_detach_under_signal_load() {
+    let foreign = Arc::new(AtomicU64::new(0));
+    let delivered = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (foreign, delivered) = (foreign.clone(), delivered.clone());
+            std::thread::spawn(move || {
+                let owner = gettid();
+                for _ in 0..20 {
+                    let mut s = Sampling::period(50_000);
+                    s.sample_type(SampleType::IP);
+                    let sampler = Sampler::open(&software("task-clock", SW_TASK_CLOCK), &s, 0, -1).unwrap();
+                    let (f, d) = (foreign.clone(), delivered.clone());
+                    let n = Notifier::attach(
+                        sampler,
+                        default_signal(),
+                        owner,
+                        Box::new(move |_, _| {
+                            d.fetch_add(1, Ordering::Relaxed);
+                            if gettid() != owner {
+                                f.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }),
+                    )
+                    .unwrap();
+                    n.events().enable().unwrap();
+                    spin_cpu(Duration::from_micros(500));
+                    drop(n);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    eprintln!(
+        "delivered {}, stray so far {}",
+        delivered.load(Ordering::Relaxed),
+        papirus_substrate::signal::stray_signals()
+    );
+    assert!(delivered.load(Ordering::Relaxed) > 0);
+    assert_eq!(foreign.load(Ordering::Relaxed), 0);
+}
