@@ -4,8 +4,17 @@
 //! and leave it as it was.
 //!
 //! A [`Process`] is the whole target held stopped: every thread is in a ptrace
-//! stop for as long as the value lives (methods that run code resume only the
-//! thread they use, and stop it again before returning). Dropping it detaches.
+//! stop whenever no method is running. [`Process::syscall`] and
+//! [`Process::call`] resume only the worker thread; [`Process::run_for`] and
+//! fresh-thread injection ([`Injection::FreshThread`]) let the whole process run
+//! (signals delivered, new threads followed) and stop it all again before
+//! returning. Dropping it detaches, delivering signals that arrived meanwhile.
+//!
+//! Costs on the 2-vCPU VM (criterion, `benches/process.rs`): attach + stop + detach
+//! of a 5-thread process with 4 threads spinning is 3–13 ms under a load of 9–14,
+//! the same as the raw ptrace requests with blocking waits (5–8 ms) in the same
+//! runs: the time is the scheduler bringing each spinning thread to its stop. One
+//! spinning thread alone takes 40–80 µs.
 //!
 //! ptrace binds a tracee to the tracer *thread*, so a `Process` is neither
 //! `Send` nor `Sync`: create, use and drop it on one thread.

@@ -53,7 +53,7 @@ impl Spawn {
         }
     }
 
-    /// Adds an argument (after argv[0], which is the program as given).
+    /// Adds an argument (after `argv[0]`, which is the program as given).
     pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Self {
         self.args.push(arg.as_ref().to_os_string());
         self
