@@ -335,11 +335,20 @@ fn spawn_with_preload_runs_library_constructors_first() {
     let exe = b.cc("ctor", CTOR, &[]);
     let lib = b.cc("libpre.so", PRELOAD, &["-shared", "-fPIC"]);
     let out_path = b.path("pre.out");
-    let p = Spawn::new(&exe).preload(&lib).stdout(std::fs::File::create(&out_path).unwrap()).spawn().unwrap();
+    let mut p =
+        Spawn::new(&exe).preload(&lib).stdout(std::fs::File::create(&out_path).unwrap()).spawn().unwrap();
     // Libraries' constructors run before the entry point, the program's after it.
     assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "preload\n");
+    // Injecting at the entry point runs the library's constructor, not the program.
+    let again = b.cc("libagain.so", &PRELOAD.replace("preload", "injectd"), &["-shared", "-fPIC"]);
+    p.inject(&again).unwrap();
+    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "preload\ninjectd\n");
+    assert_eq!(p.regs(p.pid()).unwrap().rip, p.entry_point().unwrap());
     assert_eq!(p.detach().unwrap().wait(Duration::from_secs(10)).unwrap(), Exit::Code(7));
-    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "preload\nctor\nmain argc=1 arg1= env=\n");
+    assert_eq!(
+        std::fs::read_to_string(&out_path).unwrap(),
+        "preload\ninjectd\nctor\nmain argc=1 arg1= env=\n"
+    );
 }
 
 #[test]
@@ -592,7 +601,7 @@ fn inject_library_and_call_it() {
     wait_in_read(pid);
     let mut p = Process::attach(pid).unwrap();
     let regs = p.regs(p.worker()).unwrap();
-    let lib_handle = p.inject(&lib).unwrap();
+    let lib_handle = p.inject_with(&lib, Injection::FreshThread).unwrap();
     assert_ne!(lib_handle.handle, 0);
     assert!(maps::read(pid).unwrap().iter().any(|m| m.name.ends_with("libmark.so")));
     let f = p.dlsym(&lib_handle, "papirus_mark").unwrap();

@@ -70,10 +70,18 @@ struct Loader {
 
 impl Process {
     /// Loads `library` into the target with `dlopen(path, RTLD_NOW)` and returns its
-    /// handle: from a fresh thread when the target has `pthread_create`, else from a
-    /// stopped thread. The path is made absolute first (the target's working directory differs).
+    /// handle. A single-threaded target (such as one just started by [`super::Spawn`])
+    /// is loaded from its stopped thread: no other thread can hold a lock, and it
+    /// does not run meanwhile. A multi-threaded one is loaded from a fresh thread when
+    /// it has `pthread_create`, else from a stopped thread. The path is made absolute
+    /// first (the target's working directory differs).
     pub fn inject(&mut self, library: &Path) -> Result<Library> {
-        let how = if self.threading()?.is_some() { Injection::FreshThread } else { Injection::StoppedThread };
+        let alive = self.threads.values().filter(|t| t.exit.is_none()).count();
+        let how = if alive > 1 && self.threading()?.is_some() {
+            Injection::FreshThread
+        } else {
+            Injection::StoppedThread
+        };
         self.inject_with(library, how)
     }
 
