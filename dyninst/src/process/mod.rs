@@ -561,6 +561,15 @@ fn precheck(pid: i32) -> Result<()> {
     if (state == "Z" || state == "X") && task_ids(pid)?.len() <= 1 {
         return Err(Error::Zombie { pid });
     }
+    if let Some(tgid) = status_field(pid, "Tgid").and_then(|t| t.parse::<i32>().ok())
+        && tgid != pid
+    {
+        return Err(Error::InvalidArgument {
+            what: format!(
+                "{pid} is a thread of process {tgid}: attach to {tgid}, which stops all its threads"
+            ),
+        });
+    }
     Ok(())
 }
 
