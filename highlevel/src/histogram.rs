@@ -32,7 +32,7 @@ pub enum HistogramError {
 impl TimeHistogram {
     /// `n` buckets of `width_ns` each, starting at `start_ns`.
     pub fn new(n: usize, width_ns: u64, start_ns: u64) -> Result<Self, HistogramError> {
-        if n == 0 || n % 2 == 1 {
+        if n == 0 || !n.is_multiple_of(2) {
             return Err(HistogramError::Buckets(n));
         }
         if width_ns == 0 {
@@ -146,7 +146,7 @@ mod tests {
                 h.add(*t, f64::from(*v));
                 sum += f64::from(*v);
                 // Width only ever doubles.
-                prop_assert!(h.width_ns == before || h.width_ns % before == 0 && (h.width_ns / before).is_power_of_two());
+                prop_assert!(h.width_ns == before || (h.width_ns.is_multiple_of(before) && (h.width_ns / before).is_power_of_two()));
             }
             prop_assert_eq!(h.total(), sum);
             prop_assert_eq!(h.width_ns, width << h.folds);
