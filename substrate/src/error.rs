@@ -195,6 +195,26 @@ pub enum Error {
         /// Bytes expected.
         expected: usize,
     },
+    /// Data the kernel returned that is well-sized but inconsistent (an
+    /// unknown event id, a member count that does not match the group).
+    #[error("{op} of `{event}` returned data papirus cannot use: {reason}")]
+    KernelData {
+        /// The operation.
+        op: Op,
+        /// The event.
+        event: String,
+        /// What does not match.
+        reason: String,
+    },
+    /// `read(2)` returned end of file: the event is in error state, which
+    /// happens to a pinned event (or group) the PMU could not schedule.
+    #[error(
+        "`{event}` is in error state: it is pinned but could not be put on a counter (read returned end of file); unpin it, or close events that compete for the same counters"
+    )]
+    InErrorState {
+        /// The event.
+        event: String,
+    },
 }
 
 fn suggest(s: &[String]) -> String {

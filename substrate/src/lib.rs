@@ -8,7 +8,11 @@
 
 pub mod attr;
 pub mod error;
+pub mod event;
+pub mod group;
 pub mod sys;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
+pub use event::{Count, Counter, Scaling, Target};
+pub use group::{Group, GroupCounts, Member};
