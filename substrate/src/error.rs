@@ -156,6 +156,43 @@ pub enum Error {
         /// What is wrong, where.
         reason: String,
     },
+    /// A `pmu/term=…/` term that is neither a format field nor an event of that PMU.
+    #[error("unknown term `{term}` for PMU `{pmu}` in `{event}`{}", suggest(.suggestions))]
+    UnknownTerm {
+        /// The whole event.
+        event: String,
+        /// The PMU whose `format/` and `events/` were searched.
+        pmu: String,
+        /// The term given.
+        term: String,
+        /// The closest format fields and events of that PMU.
+        suggestions: Vec<String>,
+    },
+    /// A breakpoint whose address, length or access cannot be set on this CPU.
+    #[error("bad breakpoint `{event}`: {reason}")]
+    BadAddress {
+        /// The whole event.
+        event: String,
+        /// What is wrong and what the CPU accepts.
+        reason: String,
+    },
+    /// The file a probe names does not exist or cannot be read.
+    #[error("`{event}`: cannot use {}: {source}; name an existing executable or shared library (absolute path)", .path.display())]
+    NoSuchFile {
+        /// The whole event.
+        event: String,
+        /// The path given.
+        path: PathBuf,
+        /// Why it cannot be used.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Tracepoint ids come from tracefs, which is not mounted.
+    #[error("`{event}` is a tracepoint but tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing; mount it (`mount -t tracefs nodev /sys/kernel/tracing`)")]
+    NoTracefs {
+        /// The whole event.
+        event: String,
+    },
     /// A symbol not found in an ELF file.
     #[error("symbol `{symbol}` not found in {}{}", .path.display(), suggest(.suggestions))]
     SymbolNotFound {
@@ -265,7 +302,7 @@ impl Error {
             | Error::NoSuchProcess { errno, .. }
             | Error::TooManyFiles { errno, .. }
             | Error::Kernel { errno, .. } => Some(*errno),
-            Error::Io { source, .. } => source.raw_os_error().map(Errno),
+            Error::Io { source, .. } | Error::NoSuchFile { source, .. } => source.raw_os_error().map(Errno),
             _ => None,
         }
     }
