@@ -127,8 +127,12 @@ pub trait Sys: Send + Sync + fmt::Debug {
     /// `mmap(2)` of the first `len` bytes of a perf event descriptor, shared
     /// and read-only (the metadata page first). Tests return
     /// [`Mapping::from_image`](crate::mmap::Mapping::from_image) to hand in
-    /// synthetic pages.
-    fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno>;
+    /// synthetic pages. The default maps nothing (`ENODEV`), so readers fall
+    /// back to `read(2)`.
+    fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno> {
+        let _ = (fd, len);
+        Err(Errno(libc::ENODEV))
+    }
 }
 
 /// The real kernel.

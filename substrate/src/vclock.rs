@@ -89,9 +89,10 @@ struct Base {
     last: u64,
 }
 
-/// The Hybrid state machine, shared by [`ThreadClock`] and [`TaskClock`].
+/// The Hybrid state machine, shared by [`ThreadClock`], [`TaskClock`] and
+/// the group reader of [`crate::fastread`].
 #[derive(Debug)]
-struct Hybrid {
+pub(crate) struct Hybrid {
     base: Cell<Base>,
     mult: u64,
     shift: u32,
@@ -100,7 +101,8 @@ struct Hybrid {
 }
 
 impl Hybrid {
-    fn new() -> Option<Hybrid> {
+    /// `None` when real time is not read from the TSC.
+    pub(crate) fn new() -> Option<Hybrid> {
         let c = clock();
         let hz = c.tsc_hz()?;
         let (mult, shift) = c.tick_scale();
@@ -114,18 +116,54 @@ impl Hybrid {
         })
     }
 
+    /// Nanoseconds since the last sync, if the thread has not been switched
+    /// out since (the page's lock is unchanged) and the interval bound holds.
     #[inline(always)]
-    fn read<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
+    pub(crate) fn since_sync(&self, page: &Mapping) -> Option<u64> {
         let tsc = arch::rdtsc();
         // In program order after the rdtsc: a context switch between the
         // sync and this load has moved the lock. (An interrupt is taken at
         // an instruction boundary, so a load issued early is redone.)
         let seq = page.lock();
-        let mut b = self.base.get();
+        let b = self.base.get();
         let d = tsc.wrapping_sub(b.tsc);
-        if seq == b.seq && d < self.max_ticks {
-            let v = b.value + mul_shift(d, self.mult, self.shift);
-            b.last = b.last.max(v);
+        (seq == b.seq && d < self.max_ticks).then(|| mul_shift(d, self.mult, self.shift))
+    }
+
+    /// Runs `sync` between two reads of the page's lock and the TSC, until
+    /// the lock holds still across it (at most [`SYNC_ATTEMPTS`] times), and
+    /// records the TSC midpoint as the new base. Returns `sync`'s value and
+    /// whether the base was set (when not, the next read syncs again).
+    pub(crate) fn sync<T, E>(
+        &self,
+        page: &Mapping,
+        mut sync: impl FnMut() -> Result<T, E>,
+    ) -> Result<(T, bool), E> {
+        self.syncs.set(self.syncs.get() + 1);
+        let mut b = self.base.get();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let s0 = page.lock();
+            let t0 = arch::rdtsc_ordered();
+            let value = sync()?;
+            let t1 = arch::rdtsc_ordered();
+            let stable = page.lock() == s0 && s0 & 1 == 0;
+            if stable || attempt == SYNC_ATTEMPTS {
+                b.tsc = t0 + t1.wrapping_sub(t0) / 2;
+                b.seq = if stable { s0 } else { 1 };
+                self.base.set(b);
+                return Ok((value, stable));
+            }
+        }
+    }
+
+    /// One monotonic value: `base + time since sync`, syncing with `sync` when needed.
+    #[inline(always)]
+    fn read<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
+        if let Some(d) = self.since_sync(page) {
+            let mut b = self.base.get();
+            b.last = b.last.max(b.value + d);
             self.base.set(b);
             return Ok(b.last);
         }
@@ -133,25 +171,10 @@ impl Hybrid {
     }
 
     #[cold]
-    fn resync<E>(&self, page: &Mapping, mut sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
-        self.syncs.set(self.syncs.get() + 1);
+    fn resync<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
+        let (value, _) = self.sync(page, sync)?;
         let mut b = self.base.get();
-        let mut value = 0;
-        for _ in 0..SYNC_ATTEMPTS {
-            let s0 = page.lock();
-            let t0 = arch::rdtsc_ordered();
-            value = sync()?;
-            let t1 = arch::rdtsc_ordered();
-            if page.lock() == s0 && s0 & 1 == 0 {
-                b.value = value;
-                b.tsc = t0 + t1.wrapping_sub(t0) / 2;
-                b.seq = s0;
-                b.last = b.last.max(value);
-                self.base.set(b);
-                return Ok(b.last);
-            }
-        }
-        b.seq = 1;
+        b.value = value;
         b.last = b.last.max(value);
         self.base.set(b);
         Ok(b.last)
@@ -420,7 +443,7 @@ mod tests {
         let c = ThreadClock::with_sys(&k);
         assert_eq!(c.method(), VirtMethod::KernelTime);
         let v = c.now();
-        assert!(v >= 4_000_000 && v < 4_000_000 + 1_000_000_000, "{v}");
+        assert!((4_000_000..4_000_000 + 1_000_000_000).contains(&v), "{v}");
         let w = c.now();
         assert!(w >= v, "the TSC moved forward, so must the extrapolation");
         assert_eq!(c.syncs(), 0, "no syscall in this mode");
