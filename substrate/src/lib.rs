@@ -6,15 +6,21 @@
 //! safe Rust.
 #![deny(unsafe_code)]
 
+pub mod arch;
 pub mod attr;
 pub mod catalog;
+pub mod clock;
 pub mod elf;
 pub mod error;
 pub mod event;
+pub mod fastread;
 pub mod group;
+pub mod hwinfo;
+pub mod mmap;
 pub mod names;
 pub mod pmu;
 pub mod sys;
+pub mod vclock;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};

@@ -1,0 +1,15 @@
+//! papirus-highlevel: what most users call. Regions bracketing code, rates,
+//! and Paradyn's instrumentation primitives — counters, nesting timers that
+//! another thread can sample, predicates guarding them, and folding time
+//! histograms.
+#![deny(unsafe_code)]
+
+pub mod clocks;
+pub mod histogram;
+pub mod predicate;
+pub mod timer;
+
+pub use clocks::{TimeSource, Wall};
+pub use histogram::{Sampler, TimeHistogram};
+pub use predicate::{Expr, Op, Predicate};
+pub use timer::{Counter, Timer, TimerError};

@@ -1,0 +1,1212 @@
+//! Event sets with PAPI's semantics.
+//!
+//! An [`EventSet`] holds events added by preset name, native name or code,
+//! and counts them on one target: the thread that created it (the default),
+//! that thread and its future children (process granularity), another
+//! process or thread (attach), or one CPU (system-wide). Descriptors are
+//! opened when events are added, so an event that cannot be counted with
+//! the others fails at [`EventSet::add_named`], as in PAPI; every
+//! descriptor closes when the set is dropped.
+//!
+//! # Layout
+//!
+//! Without multiplexing all native terms form one perf group with a pinned
+//! leader: read atomically, never rotated, and a set that does not fit the
+//! counters fails to add ([`Code::Ecnflct`](crate::Code::Ecnflct)). With
+//! multiplexing each event (all the terms of a derived preset together) is
+//! its own group, the kernel rotates the groups, and values come back
+//! scaled by `time_enabled / time_running` with the scaling in [`Value`].
+//! The terms of a derived event always share one group, so they share one
+//! scaling and a difference of terms cannot turn negative from terms
+//! scaled apart.
+//!
+//! # Conflicts between sets
+//!
+//! perf gives every software, tracepoint and msr event its own counter, so
+//! any number of sets using them may run at once on one thread. What can
+//! run out: hardware counters (a set that starts while other running,
+//! non-multiplexed sets on the same target hold so many that the sum
+//! exceeds the CPU's counters fails with `ECNFLCT`), and the four x86 debug
+//! registers behind breakpoints (the kernel reserves them at open, so the
+//! fifth breakpoint on a thread fails to add with `ECNFLCT`).
+//!
+//! # Reset
+//!
+//! `start`, `reset` and `accum` take a snapshot of the counts and times
+//! instead of issuing `PERF_EVENT_IOC_RESET`: one `read(2)` gives values and
+//! times at the same instant, so a multiplexed set's scaling after a reset
+//! uses the times since that reset only.
+
+use std::fmt;
+
+use papirus_substrate::group::{GroupCounts, Member};
+use papirus_substrate::{Domain, EventAttr, Group, Kind, Scaling, Target};
+use serde::Serialize;
+
+use crate::derived::Derivation;
+use crate::error::{Error, Result, SetOp};
+use crate::library::{Library, Tid, thread_id};
+use crate::native::{self, NATIVE_MASK};
+use crate::preset::{Definition, PRESET_MASK, preset_by_code, preset_by_name};
+
+/// What a set counts: PAPI's granularities as perf offers them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Granularity {
+    /// The owning (or attached) thread only. The default.
+    #[default]
+    Thread,
+    /// The owning (or attached) task and the threads and processes it
+    /// creates after the events are opened (perf's `inherit`); children's
+    /// counts are added when they exit.
+    Process,
+    /// Everything that runs on one CPU (set with [`EventSet::set_cpu`]);
+    /// needs CAP_PERFMON or `perf_event_paranoid` ≤ 0.
+    System,
+}
+
+/// A set's options. Defaults: each event's own domain (user only, except
+/// scheduler software events, tracepoints and msr-like PMUs, which count
+/// every domain), thread granularity, the creating thread, any CPU, no
+/// multiplexing.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Options {
+    /// The domain applied to every event, or `None` for each event's default.
+    pub domain: Option<Domain>,
+    /// The granularity.
+    pub granularity: Granularity,
+    /// The process or thread counted instead of the owner.
+    pub attached: Option<i32>,
+    /// Restrict counting to one CPU.
+    pub cpu: Option<u32>,
+    /// Whether events may be multiplexed.
+    pub multiplex: bool,
+}
+
+/// A set's state (PAPI's `PAPI_state` bits as fields).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Status {
+    /// Counting.
+    pub running: bool,
+    /// Counting another process or thread.
+    pub attached: bool,
+    /// Counting one CPU system-wide.
+    pub cpu_attached: bool,
+    /// Multiplexing is on.
+    pub multiplexing: bool,
+}
+
+impl Status {
+    /// PAPI's state bitmask: `PAPI_STOPPED` 0x1, `PAPI_RUNNING` 0x2,
+    /// `PAPI_MULTIPLEXING` 0x40, `PAPI_ATTACHED` 0x80, `PAPI_CPU_ATTACHED` 0x100.
+    pub fn bits(&self) -> u32 {
+        let mut b = if self.running { 0x2 } else { 0x1 };
+        if self.multiplexing {
+            b |= 0x40;
+        }
+        if self.attached {
+            b |= 0x80;
+        }
+        if self.cpu_attached {
+            b |= 0x100;
+        }
+        b
+    }
+}
+
+/// One value of a read, with how it relates to the true count.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Value {
+    /// The value: scaled when the event was multiplexed.
+    pub value: i64,
+    /// The value before scaling.
+    pub raw: i64,
+    /// Nanoseconds the event was enabled since start (or the last reset).
+    pub time_enabled: u64,
+    /// Nanoseconds it was on the PMU in that time.
+    pub time_running: u64,
+}
+
+impl Value {
+    /// How `value` was obtained from `raw`.
+    pub fn scaling(&self) -> Scaling {
+        papirus_substrate::Count { raw: 0, time_enabled: self.time_enabled, time_running: self.time_running }
+            .scaling()
+    }
+}
+
+/// An event of a set, as [`EventSet::events`] lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct EventInfo {
+    /// Its code (`0x8…` preset, `0x4…` native).
+    pub code: u32,
+    /// Its name as added.
+    pub name: String,
+    /// Whether it is a PAPI preset.
+    pub preset: bool,
+    /// How its value is computed from the terms.
+    pub derivation: Derivation,
+    /// The native terms, as opened.
+    pub terms: Vec<String>,
+    /// The definition's note, for presets.
+    pub note: Option<String>,
+    /// The unit of the value (sysfs `.unit`), if any.
+    pub unit: Option<String>,
+    /// Multiply the value by this to get `unit`.
+    pub scale: f64,
+}
+
+#[derive(Clone, Debug)]
+struct Entry {
+    info: EventInfo,
+    attrs: Vec<EventAttr>,
+    hw_terms: usize,
+}
+
+/// Where one native term lives: its group and member.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    group: usize,
+    member: Member,
+}
+
+/// A group's counts and times at the last start, reset or accum.
+#[derive(Clone, Debug, Default)]
+struct Snapshot {
+    raw: Vec<u64>,
+    enabled: u64,
+    running: u64,
+}
+
+#[derive(Debug)]
+struct Opened {
+    groups: Vec<Group>,
+    slots: Vec<Vec<Slot>>,
+    base: Vec<Snapshot>,
+    scratch: Vec<GroupCounts>,
+    target: Target,
+}
+
+/// A PAPI event set. See the [module documentation](self).
+pub struct EventSet {
+    lib: Library,
+    id: u64,
+    owner: Tid,
+    entries: Vec<Entry>,
+    options: Options,
+    opened: Option<Opened>,
+    running: Option<Target>,
+    /// Reused by accum so it does not allocate.
+    tmp: Vec<i64>,
+}
+
+impl fmt::Debug for EventSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventSet")
+            .field("id", &self.id)
+            .field("owner", &self.owner)
+            .field("events", &self.entries.iter().map(|e| &e.info.name).collect::<Vec<_>>())
+            .field("options", &self.options)
+            .field("running", &self.running.is_some())
+            .finish()
+    }
+}
+
+/// What to add: a name or a code.
+#[derive(Clone, Copy, Debug)]
+enum Key<'a> {
+    Name(&'a str),
+    Code(u32),
+}
+
+impl EventSet {
+    pub(crate) fn new(lib: Library, id: u64) -> EventSet {
+        EventSet {
+            lib,
+            id,
+            owner: thread_id(),
+            entries: vec![],
+            options: Options::default(),
+            opened: None,
+            running: None,
+            tmp: vec![],
+        }
+    }
+
+    /// Adds an event by name: a PAPI preset (`PAPI_TOT_CYC`, any case), or a
+    /// native event in perf's syntax (`task-clock`, `msr/tsc/`, `r01c2`).
+    /// Returns the event's code.
+    pub fn add_named(&mut self, name: &str) -> Result<u32> {
+        self.add(Key::Name(name))
+    }
+
+    /// Adds an event by code: a preset (`0x80000000 | index`) or a native
+    /// code this process handed out.
+    pub fn add_code(&mut self, code: u32) -> Result<u32> {
+        self.add(Key::Code(code))
+    }
+
+    /// Adds several events by name, stopping at the first failure (the
+    /// events before it stay added).
+    pub fn add_all<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) -> Result<Vec<u32>> {
+        names.into_iter().map(|n| self.add_named(n)).collect()
+    }
+
+    fn add(&mut self, key: Key<'_>) -> Result<u32> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::Add });
+        }
+        let preset = match key {
+            Key::Name(n) => preset_by_name(n.trim()),
+            Key::Code(c) if c & 0xC000_0000 == PRESET_MASK => {
+                Some(preset_by_code(c).ok_or(Error::NoSuchCode { code: c })?)
+            }
+            Key::Code(_) => None,
+        };
+        if let Some(p) = preset {
+            if self.entries.iter().any(|e| e.info.code == p.code()) {
+                return Err(Error::Duplicate { event: p.name.to_string() });
+            }
+            return self.add_preset(p.name, p.code());
+        }
+        let resolved = match key {
+            Key::Name(n) => native::resolve(n)?,
+            Key::Code(c) if c & 0xC000_0000 == NATIVE_MASK => native::resolve_code(c)?,
+            Key::Code(c) => return Err(Error::NoSuchCode { code: c }),
+        };
+        if self.entries.iter().any(|e| e.info.code == resolved.code) {
+            return Err(Error::Duplicate { event: resolved.name });
+        }
+        let attr = resolved.parsed.attr.clone();
+        let entry = Entry {
+            hw_terms: usize::from(attr.kind() == Kind::Hardware),
+            info: EventInfo {
+                code: resolved.code,
+                name: resolved.name.clone(),
+                preset: false,
+                derivation: Derivation::NotDerived,
+                terms: vec![resolved.name],
+                note: None,
+                unit: resolved.parsed.unit,
+                scale: resolved.parsed.scale,
+            },
+            attrs: vec![attr],
+        };
+        self.push(entry)?;
+        Ok(resolved.code)
+    }
+
+    fn add_preset(&mut self, name: &str, code: u32) -> Result<u32> {
+        let machine = self.lib.machine().clone();
+        let defs: Vec<Definition> =
+            self.lib.presets().definitions(&machine.cpu, name).into_iter().cloned().collect();
+        if defs.is_empty() {
+            return Err(Error::PresetUnavailable {
+                name: name.to_string(),
+                reason: format!(
+                    "papirus has no definition of it for {} or as a generic perf event; see papirus-avail -e {name}",
+                    machine.cpu
+                ),
+            });
+        }
+        let mut last = None;
+        for def in defs {
+            let entry = match preset_entry(name, code, &def) {
+                Ok(e) => e,
+                Err(e) => {
+                    last = Some(e);
+                    continue;
+                }
+            };
+            match self.push(entry) {
+                Ok(()) => return Ok(code),
+                Err(e) => last = Some(e),
+            }
+        }
+        let err =
+            last.unwrap_or(Error::PresetUnavailable { name: name.into(), reason: "no definition".into() });
+        // A preset that exists but cannot open here is "not available", with the reason.
+        Err(match err {
+            Error::Substrate(papirus_substrate::Error::Unsupported {
+                hardware: true,
+                ref event,
+                errno,
+                ..
+            }) => {
+                let reason = match &machine.no_hardware_reason {
+                    Some(why) => format!("{why} (perf_event_open of `{event}` returned {errno})"),
+                    None => err.to_string(),
+                };
+                Error::PresetUnavailable { name: name.to_string(), reason }
+            }
+            Error::Substrate(e @ papirus_substrate::Error::Unsupported { .. }) => {
+                Error::PresetUnavailable { name: name.to_string(), reason: e.to_string() }
+            }
+            other => other,
+        })
+    }
+
+    /// Opens the set with `entry` appended; keeps the old layout on failure.
+    fn push(&mut self, entry: Entry) -> Result<()> {
+        self.entries.push(entry);
+        match self.reopen() {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let bad = self.entries.pop();
+                // The old layout was opened before and is unchanged; reopening restores it.
+                self.reopen_or_clear();
+                Err(match (e, bad) {
+                    (Error::Substrate(papirus_substrate::Error::NoCounterSlot { .. }), Some(b)) => Error::Conflict {
+                        event: b.info.name,
+                        reason: "no free counter slot for it beside the set's other events (x86 has 4 debug \
+                                 registers for breakpoints per thread); remove events or use another set on another thread"
+                            .into(),
+                    },
+                    (e, _) => e,
+                })
+            }
+        }
+    }
+
+    fn reopen_or_clear(&mut self) {
+        if self.reopen().is_err() {
+            // Something outside changed (the attached task exited); keep the entries, closed.
+            self.opened = None;
+        }
+    }
+
+    /// Removes an event by name or code (as added). Fails with EINVAL when
+    /// it is not in the set.
+    pub fn remove_named(&mut self, name: &str) -> Result<()> {
+        let code = match preset_by_name(name.trim()) {
+            Some(p) => p.code(),
+            None => native::code_of(name),
+        };
+        self.remove_code(code).map_err(|e| match e {
+            Error::NotInSet { .. } => Error::NotInSet { event: name.to_string() },
+            e => e,
+        })
+    }
+
+    /// Removes the event with `code`.
+    pub fn remove_code(&mut self, code: u32) -> Result<()> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::Remove });
+        }
+        let at = self
+            .entries
+            .iter()
+            .position(|e| e.info.code == code)
+            .ok_or_else(|| Error::NotInSet { event: format!("{code:#010x}") })?;
+        let removed = self.entries.remove(at);
+        if let Err(e) = self.reopen() {
+            self.entries.insert(at, removed);
+            self.reopen_or_clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Removes every event (PAPI's cleanup); the set must be stopped.
+    pub fn cleanup(&mut self) -> Result<()> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::Cleanup });
+        }
+        self.entries.clear();
+        self.opened = None;
+        Ok(())
+    }
+
+    /// The events in the order they were added.
+    pub fn events(&self) -> Vec<EventInfo> {
+        self.entries.iter().map(|e| e.info.clone()).collect()
+    }
+
+    /// The events' codes in order (PAPI's `PAPI_list_events`).
+    pub fn codes(&self) -> Vec<u32> {
+        self.entries.iter().map(|e| e.info.code).collect()
+    }
+
+    /// The number of events (a derived preset counts as one).
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the set holds no event.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The open perf descriptors (for fd accounting and tests).
+    pub fn descriptors(&self) -> usize {
+        self.opened.as_ref().map_or(0, |o| o.groups.iter().map(Group::len).sum())
+    }
+
+    /// The number of perf groups the events are spread over.
+    pub fn groups(&self) -> usize {
+        self.opened.as_ref().map_or(0, |o| o.groups.len())
+    }
+
+    /// The set's options.
+    pub fn options(&self) -> Options {
+        self.options
+    }
+
+    /// The set's state.
+    pub fn status(&self) -> Status {
+        Status {
+            running: self.running.is_some(),
+            attached: self.options.attached.is_some(),
+            cpu_attached: self.options.granularity == Granularity::System,
+            multiplexing: self.options.multiplex,
+        }
+    }
+
+    /// The thread that created the set (and is counted by default).
+    pub fn owner(&self) -> Tid {
+        self.owner
+    }
+
+    fn set_option(&mut self, change: impl FnOnce(&mut Options) -> Result<()>) -> Result<()> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::SetOption });
+        }
+        let old = self.options;
+        change(&mut self.options)?;
+        if let Err(e) = self.check_options().and_then(|()| self.reopen()) {
+            self.options = old;
+            self.reopen_or_clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    fn check_options(&self) -> Result<()> {
+        let o = &self.options;
+        if o.granularity == Granularity::System && o.attached.is_some() {
+            return Err(Error::Combination {
+                reason: "system-wide granularity counts a CPU, not a task: detach first".into(),
+            });
+        }
+        if o.granularity == Granularity::System && o.cpu.is_none() {
+            return Err(Error::Combination {
+                reason: "system-wide granularity needs a CPU: call set_cpu first".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sets the counting domain of every event (`None`: each event's default).
+    pub fn set_domain(&mut self, domain: Option<Domain>) -> Result<()> {
+        self.set_option(|o| {
+            o.domain = domain;
+            Ok(())
+        })
+    }
+
+    /// Sets the granularity.
+    pub fn set_granularity(&mut self, g: Granularity) -> Result<()> {
+        self.set_option(|o| {
+            o.granularity = g;
+            Ok(())
+        })
+    }
+
+    /// Counts process or thread `pid` instead of the owner (PAPI_attach).
+    /// Fails with ESYS when it does not exist, EPERM when this process may
+    /// not trace it.
+    pub fn attach(&mut self, pid: i32) -> Result<()> {
+        if pid <= 0 {
+            return Err(Error::Invalid {
+                what: "pid",
+                reason: format!("{pid}: a process or thread id is positive"),
+            });
+        }
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(Error::NoSuchProcess { pid });
+        }
+        self.set_option(|o| {
+            o.attached = Some(pid);
+            Ok(())
+        })
+    }
+
+    /// Counts the owner again (PAPI_detach).
+    pub fn detach(&mut self) -> Result<()> {
+        self.set_option(|o| {
+            o.attached = None;
+            Ok(())
+        })
+    }
+
+    /// Restricts counting to one CPU (`None`: any CPU).
+    pub fn set_cpu(&mut self, cpu: Option<u32>) -> Result<()> {
+        let cpus = self.lib.machine().cpus;
+        if let Some(c) = cpu
+            && c as usize >= cpus
+        {
+            return Err(Error::Invalid {
+                what: "cpu",
+                reason: format!("CPU {c} does not exist: this machine has CPUs 0-{}", cpus - 1),
+            });
+        }
+        self.set_option(|o| {
+            o.cpu = cpu;
+            Ok(())
+        })
+    }
+
+    /// Turns multiplexing on or off.
+    pub fn set_multiplex(&mut self, on: bool) -> Result<()> {
+        self.set_option(|o| {
+            o.multiplex = on;
+            Ok(())
+        })
+    }
+
+    fn target(&self) -> Target {
+        let o = &self.options;
+        match (o.granularity, o.attached, o.cpu) {
+            (Granularity::System, _, Some(cpu)) => Target::Cpu(cpu),
+            (_, Some(pid), None) => Target::Task(pid),
+            (_, Some(pid), Some(cpu)) => Target::TaskOnCpu { pid, cpu },
+            (_, None, cpu) => {
+                let pid = if thread_id() == self.owner { 0 } else { self.owner };
+                match (pid, cpu) {
+                    (0, None) => Target::ThisThread,
+                    (pid, None) => Target::Task(pid),
+                    (pid, Some(cpu)) => Target::TaskOnCpu { pid, cpu },
+                }
+            }
+        }
+    }
+
+    /// (Re)opens every descriptor for the current entries and options.
+    fn reopen(&mut self) -> Result<()> {
+        self.opened = None;
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        let hw: usize = self.entries.iter().map(|e| e.hw_terms).sum();
+        if let Some(limit) = self.lib.machine().hw_counters.filter(|&n| n > 0) {
+            let widest = self.entries.iter().map(|e| e.hw_terms).max().unwrap_or(0);
+            if self.options.multiplex && widest > limit {
+                let e =
+                    self.entries.iter().find(|e| e.hw_terms == widest).map_or("", |e| e.info.name.as_str());
+                return Err(Error::Conflict {
+                    event: e.to_string(),
+                    reason: format!(
+                        "its {widest} terms must be counted together but this CPU has {limit} counters"
+                    ),
+                });
+            }
+            if !self.options.multiplex && hw > limit {
+                let last = self.entries.last().map_or("", |e| e.info.name.as_str());
+                return Err(Error::Conflict {
+                    event: last.to_string(),
+                    reason: format!(
+                        "the set would need {hw} hardware counters and this CPU has {limit}; turn on multiplexing (set_multiplex(true)) or split the events over several sets run one after another"
+                    ),
+                });
+            }
+        }
+        let target = self.target();
+        let sys = self.lib.sys();
+        let (mut groups, mut slots): (Vec<Group>, Vec<Vec<Slot>>) = (vec![], vec![]);
+        for entry in &self.entries {
+            let mut entry_slots = vec![];
+            for (k, attr) in entry.attrs.iter().enumerate() {
+                let mut a = attr.clone();
+                if let Some(d) = self.options.domain {
+                    a.domain(d);
+                }
+                a.inherit(self.options.granularity == Granularity::Process);
+                let new_group = groups.is_empty() || (self.options.multiplex && k == 0);
+                if new_group {
+                    // A pinned leader keeps an unmultiplexed set on the PMU or in error state.
+                    a.pinned(!self.options.multiplex);
+                    groups.push(Group::open_with(sys.clone(), &a, target)?);
+                    let g = groups.len() - 1;
+                    entry_slots.push(Slot { group: g, member: groups[g].leader() });
+                } else {
+                    let g = groups.len() - 1;
+                    let member = groups[g].add(&a)?;
+                    entry_slots.push(Slot { group: g, member });
+                }
+            }
+            slots.push(entry_slots);
+        }
+        let n = groups.len();
+        let mut opened = Opened {
+            groups,
+            slots,
+            base: vec![Snapshot::default(); n],
+            scratch: vec![GroupCounts::default(); n],
+            target,
+        };
+        if hw > 0 && !self.options.multiplex {
+            check_schedulable(&mut opened, &self.entries)?;
+        }
+        self.opened = Some(opened);
+        Ok(())
+    }
+
+    fn opened(&mut self, op: SetOp) -> Result<&mut Opened> {
+        self.opened.as_mut().ok_or_else(|| closed(op))
+    }
+
+    /// Resets and starts counting. Fails with EISRUN when running, EINVAL
+    /// when empty, ECNFLCT when other running sets hold the counters.
+    pub fn start(&mut self) -> Result<()> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::Start });
+        }
+        if self.entries.is_empty() {
+            return Err(Error::EmptySet);
+        }
+        let hw = if self.options.multiplex { 0 } else { self.entries.iter().map(|e| e.hw_terms).sum() };
+        let (id, lib) = (self.id, self.lib.clone());
+        let key = self_key(self.opened(SetOp::Start)?.target, self.owner);
+        if let Err(used) = lib.claim(key, id, hw) {
+            return Err(Error::Conflict {
+                event: self.entries.iter().map(|e| e.info.name.as_str()).collect::<Vec<_>>().join(","),
+                reason: format!(
+                    "other running event sets on this target hold {used} of the {} hardware counters and this set needs {hw}; stop them first or turn on multiplexing",
+                    lib.machine().hw_counters.unwrap_or(0)
+                ),
+            });
+        }
+        let opened = self.opened.as_mut().ok_or(Error::EmptySet)?;
+        let r = snapshot(opened)
+            .and_then(|()| opened.groups.iter().try_for_each(|g| g.enable().map_err(Error::from)));
+        if let Err(e) = r {
+            for g in &opened.groups {
+                let _ = g.disable();
+            }
+            lib.release(key, id);
+            return Err(e);
+        }
+        self.running = Some(key);
+        Ok(())
+    }
+
+    /// Stops counting and returns the values since start (or the last
+    /// reset/accum). Fails with ENOTRUN when not running.
+    pub fn stop(&mut self) -> Result<Vec<i64>> {
+        let mut v = vec![0; self.entries.len()];
+        self.stop_into(&mut v)?;
+        Ok(v)
+    }
+
+    /// Like [`EventSet::stop`], into `values` (one per event).
+    pub fn stop_into(&mut self, values: &mut [i64]) -> Result<()> {
+        let key = self.running.ok_or(Error::NotRunning { op: SetOp::Stop })?;
+        self.check_len(values.len())?;
+        let opened = self.opened(SetOp::Stop)?;
+        let mut first_err = None;
+        for g in &opened.groups {
+            if let Err(e) = g.disable() {
+                first_err.get_or_insert(Error::from(e));
+            }
+        }
+        self.lib.release(key, self.id);
+        self.running = None;
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        self.read_values(values, None)
+    }
+
+    fn check_len(&self, got: usize) -> Result<()> {
+        if got != self.entries.len() {
+            return Err(Error::Buffer { got, expected: self.entries.len() });
+        }
+        Ok(())
+    }
+
+    /// The current values (no reset). Works on a stopped set too (the
+    /// values at stop), as PAPI's read does.
+    pub fn read(&mut self) -> Result<Vec<i64>> {
+        let mut v = vec![0; self.entries.len()];
+        self.read_into(&mut v)?;
+        Ok(v)
+    }
+
+    /// Like [`EventSet::read`], into `values` without allocating.
+    pub fn read_into(&mut self, values: &mut [i64]) -> Result<()> {
+        self.check_len(values.len())?;
+        self.read_values(values, None)
+    }
+
+    /// The current values with their scaling.
+    pub fn read_detailed(&mut self) -> Result<Vec<Value>> {
+        let n = self.entries.len();
+        let mut v = vec![0; n];
+        let mut d = vec![Value { value: 0, raw: 0, time_enabled: 0, time_running: 0 }; n];
+        self.read_values(&mut v, Some(&mut d))?;
+        Ok(d)
+    }
+
+    /// The current values and the real-time timestamp (TSC ticks, as
+    /// [`real_cyc`](crate::real_cyc)) taken right after the read.
+    pub fn read_ts(&mut self, values: &mut [i64]) -> Result<u64> {
+        self.read_into(values)?;
+        Ok(crate::library::real_cyc())
+    }
+
+    /// Adds the current values into `values` and resets the counters
+    /// (PAPI_accum). Needs a running set.
+    pub fn accum(&mut self, values: &mut [i64]) -> Result<()> {
+        if self.running.is_none() {
+            return Err(Error::NotRunning { op: SetOp::Accum });
+        }
+        self.check_len(values.len())?;
+        let mut now = std::mem::take(&mut self.tmp);
+        now.resize(values.len(), 0);
+        let r = self.read_values(&mut now, None);
+        if r.is_ok() {
+            for (v, n) in values.iter_mut().zip(&now) {
+                *v = v.saturating_add(*n);
+            }
+            self.rebase();
+        }
+        self.tmp = now;
+        r
+    }
+
+    /// Zeroes the counters (running or stopped).
+    pub fn reset(&mut self) -> Result<()> {
+        let opened = self.opened(SetOp::Reset)?;
+        snapshot(opened)
+    }
+
+    /// Makes the counts just read the new zero.
+    fn rebase(&mut self) {
+        if let Some(o) = self.opened.as_mut() {
+            for (g, (group, counts)) in o.groups.iter().zip(&o.scratch).enumerate() {
+                let raw = group.members().map(|m| counts.get(&m).map_or(0, |c| c.raw)).collect();
+                o.base[g] = Snapshot { raw, enabled: counts.time_enabled(), running: counts.time_running() };
+            }
+        }
+    }
+
+    /// perf cannot load a value into a counter: always ENOSUPP.
+    pub fn write(&mut self, _values: &[i64]) -> Result<()> {
+        Err(Error::NotSupported {
+            op: SetOp::Write,
+            reason:
+                "perf_event has no way to set a counter's value; use reset() to zero it, or keep an offset"
+                    .into(),
+        })
+    }
+
+    fn read_values(&mut self, values: &mut [i64], mut detail: Option<&mut [Value]>) -> Result<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        let opened = self.opened.as_mut().ok_or_else(|| closed(SetOp::Read))?;
+        for (g, group) in opened.groups.iter().enumerate() {
+            group.read_into(&mut opened.scratch[g]).map_err(|e| conflict_on_error_state(e, group))?;
+        }
+        let mut terms: Vec<i64> = Vec::with_capacity(4);
+        for (i, entry) in self.entries.iter().enumerate() {
+            terms.clear();
+            let slots = &opened.slots[i];
+            let g = slots.first().map_or(0, |s| s.group);
+            let (counts, base) = (&opened.scratch[g], &opened.base[g]);
+            for s in slots {
+                let now = counts.get(&s.member).map_or(0, |c| c.raw);
+                let then = base.raw.get(s.member.index()).copied().unwrap_or(0);
+                terms.push(now.wrapping_sub(then) as i64);
+            }
+            let raw = entry.info.derivation.eval(&terms);
+            let enabled = counts.time_enabled().saturating_sub(base.enabled);
+            let running = counts.time_running().saturating_sub(base.running);
+            let value = scale(raw, enabled, running);
+            values[i] = value;
+            if let Some(d) = detail.as_deref_mut() {
+                d[i] = Value { value, raw, time_enabled: enabled, time_running: running };
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops (if running) and closes everything; the same as dropping the
+    /// set, with the error of the final disable reported.
+    pub fn destroy(mut self) -> Result<()> {
+        if self.running.is_some() {
+            self.stop()?;
+        }
+        Ok(())
+    }
+}
+
+fn closed(op: SetOp) -> Error {
+    Error::Invalid {
+        what: "event set",
+        reason: format!("cannot {op}: its events are closed after a failed change; remove and re-add them"),
+    }
+}
+
+/// The target as a key for counter accounting: the owner by its tid.
+fn self_key(t: Target, owner: Tid) -> Target {
+    match t {
+        Target::ThisThread => Target::Task(owner),
+        Target::TaskOnCpu { pid: 0, cpu } => Target::TaskOnCpu { pid: owner, cpu },
+        t => t,
+    }
+}
+
+impl Drop for EventSet {
+    fn drop(&mut self) {
+        if let Some(key) = self.running.take() {
+            if let Some(o) = &self.opened {
+                for g in &o.groups {
+                    // Closing the descriptors below stops counting anyway.
+                    let _ = g.disable();
+                }
+            }
+            self.lib.release(key, self.id);
+        }
+    }
+}
+
+/// Scales `raw` by `enabled / running` exactly, saturating; 0 when the
+/// event never ran.
+fn scale(raw: i64, enabled: u64, running: u64) -> i64 {
+    if running == 0 {
+        return if enabled == 0 { raw } else { 0 };
+    }
+    if running >= enabled {
+        return raw;
+    }
+    let v = i128::from(raw) * i128::from(enabled) / i128::from(running);
+    v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+fn snapshot(o: &mut Opened) -> Result<()> {
+    for (g, group) in o.groups.iter().enumerate() {
+        group.read_into(&mut o.scratch[g]).map_err(|e| conflict_on_error_state(e, group))?;
+        let c = &o.scratch[g];
+        let raw = group.members().map(|m| c.get(&m).map_or(0, |c| c.raw)).collect();
+        o.base[g] = Snapshot { raw, enabled: c.time_enabled(), running: c.time_running() };
+    }
+    Ok(())
+}
+
+fn conflict_on_error_state(e: papirus_substrate::Error, group: &Group) -> Error {
+    match e {
+        papirus_substrate::Error::InErrorState { event } => Error::Conflict {
+            event,
+            reason: format!(
+                "the kernel could not put the set's {} events on the counters together (another pinned group or the NMI watchdog may hold some); turn on multiplexing or use fewer events",
+                group.len()
+            ),
+        },
+        e => e.into(),
+    }
+}
+
+/// PAPI's add-time check: enable the group briefly and see that the kernel
+/// scheduled it, so a set that can never count fails to add.
+fn check_schedulable(o: &mut Opened, entries: &[Entry]) -> Result<()> {
+    let g = &o.groups[0];
+    g.enable()?;
+    let mut spin = 0u64;
+    for i in 0..10_000u64 {
+        spin = std::hint::black_box(spin.wrapping_add(i));
+    }
+    g.disable()?;
+    g.read_into(&mut o.scratch[0]).map_err(|e| conflict_on_error_state(e, g))?;
+    let c = &o.scratch[0];
+    if c.time_enabled() > 0 && c.time_running() == 0 {
+        let last = entries.last().map_or("", |e| e.info.name.as_str());
+        return Err(Error::Conflict {
+            event: last.to_string(),
+            reason: format!(
+                "the kernel could not schedule the set's {} events together on this CPU's counters; turn on multiplexing or use fewer events",
+                g.len()
+            ),
+        });
+    }
+    Ok(())
+}
+
+fn preset_entry(name: &str, code: u32, def: &Definition) -> Result<Entry> {
+    let mut attrs = Vec::with_capacity(def.terms.len());
+    for t in &def.terms {
+        let attr = match t.core_attr() {
+            Some(a) => a,
+            None => native::resolve(t.text())?.parsed.attr,
+        };
+        attrs.push(attr);
+    }
+    Ok(Entry {
+        hw_terms: attrs.iter().filter(|a| a.kind() == Kind::Hardware).count(),
+        info: EventInfo {
+            code,
+            name: name.to_string(),
+            preset: true,
+            derivation: def.derivation.clone(),
+            terms: def.terms.iter().map(|t| t.text().to_string()).collect(),
+            note: def.note.clone(),
+            unit: None,
+            scale: 1.0,
+        },
+        attrs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use papirus_substrate::attr::consts::{PERF_TYPE_RAW, PERF_TYPE_SOFTWARE};
+
+    use super::*;
+    use crate::error::Code;
+    use crate::mock::MockKernel;
+
+    fn lib(counters: usize) -> (Library, std::sync::Arc<MockKernel>) {
+        let k = MockKernel::new(counters);
+        (Library::with_machine(k.clone(), MockKernel::machine(counters)), k)
+    }
+
+    fn code(r: Result<impl fmt::Debug>) -> Code {
+        r.expect_err("expected an error").code()
+    }
+
+    #[test]
+    fn every_rule_is_its_papi_error() {
+        let (lib, _k) = lib(4);
+        let mut s = lib.event_set();
+        assert_eq!(code(s.start()), Code::Einval, "empty set started");
+        assert!(matches!(s.start(), Err(Error::EmptySet)));
+        assert_eq!(code(s.stop()), Code::Enotrun, "stop a stopped set");
+        assert_eq!(code(s.accum(&mut [])), Code::Enotrun, "accum a stopped set");
+        assert_eq!(code(s.add_named("no-such-event")), Code::Enoevnt);
+        assert_eq!(code(s.add_code(0x8000_00f0)), Code::Enoevnt, "nonexistent preset code");
+        assert_eq!(
+            code(s.add_code(0x4000_0000 | 0x3fff_fff0)),
+            Code::Enoevnt,
+            "native code never handed out"
+        );
+        assert_eq!(code(s.add_code(0x1234)), Code::Enoevnt, "not a preset or native code");
+        s.add_named("task-clock").unwrap();
+        assert_eq!(code(s.add_named("task-clock")), Code::Einval, "duplicate");
+        assert_eq!(code(s.remove_named("page-faults")), Code::Einval, "remove an absent event");
+        assert_eq!(code(s.read_into(&mut [0, 0])), Code::Ebuf);
+        assert_eq!(code(s.set_cpu(Some(2))), Code::Einval, "CPU out of range (2 CPUs)");
+        assert_eq!(code(s.attach(0)), Code::Einval);
+        assert_eq!(code(s.attach(i32::MAX)), Code::Esys, "no such process");
+        assert_eq!(code(s.set_granularity(Granularity::System)), Code::Ecombo, "system-wide needs a CPU");
+        assert_eq!(s.options().granularity, Granularity::Thread, "a refused option is not kept");
+
+        s.start().unwrap();
+        assert_eq!(code(s.start()), Code::Eisrun, "start a running set");
+        assert_eq!(code(s.add_named("page-faults")), Code::Eisrun, "add while running");
+        assert_eq!(code(s.remove_named("task-clock")), Code::Eisrun);
+        assert_eq!(code(s.set_multiplex(true)), Code::Eisrun);
+        assert_eq!(code(s.cleanup()), Code::Eisrun);
+        assert_eq!(code(s.write(&[1])), Code::Enosupp);
+        assert!(s.status().running && s.status().bits() == 0x2);
+        s.stop().unwrap();
+        assert_eq!(s.status().bits(), 0x1);
+        s.remove_named("task-clock").unwrap();
+        assert!(s.is_empty());
+        assert_eq!(code(s.start()), Code::Einval);
+    }
+
+    #[test]
+    fn values_are_deltas_since_start_reset_and_accum() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["task-clock", "page-faults"]).unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 100);
+        k.set_value(PERF_TYPE_SOFTWARE, 2, 7);
+        s.start().unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 150);
+        k.set_value(PERF_TYPE_SOFTWARE, 2, 9);
+        assert_eq!(s.read().unwrap(), vec![50, 2]);
+        let mut acc = vec![10, 10];
+        s.accum(&mut acc).unwrap();
+        assert_eq!(acc, vec![60, 12]);
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 170);
+        assert_eq!(s.read().unwrap(), vec![20, 0], "accum reset the counters");
+        s.reset().unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 1, 200);
+        assert_eq!(s.stop().unwrap(), vec![30, 0]);
+        assert_eq!(s.read().unwrap(), vec![30, 0], "a stopped set reads its final values");
+        // One pinned group, leader first.
+        let ev = k.open_events();
+        assert_eq!(ev.len(), 2);
+        assert!(ev[0].leader.is_none() && ev[0].pinned && ev[1].leader == Some(ev[0].id));
+    }
+
+    fn hw(k: &MockKernel, umask_event: u64, v: u64) {
+        k.set_value(PERF_TYPE_RAW, umask_event, v);
+    }
+
+    #[test]
+    fn derived_presets_are_computed_from_one_group() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        // Skylake PAPI_BR_TKN = BR_INST_RETIRED.CONDITIONAL - NOT_TAKEN; PAPI_FP_OPS is a postfix.
+        s.add_named("PAPI_BR_TKN").unwrap();
+        let info = &s.events()[0];
+        assert!(info.preset && info.derivation == Derivation::Sub);
+        assert_eq!(info.terms, vec!["cpu/event=0xc4,umask=0x01/", "cpu/event=0xc4,umask=0x10/"]);
+        s.start().unwrap();
+        hw(&k, 0x01c4, 1000);
+        hw(&k, 0x10c4, 300);
+        assert_eq!(s.read().unwrap(), vec![700]);
+        s.stop().unwrap();
+        s.cleanup().unwrap();
+        s.add_named("PAPI_FP_OPS").unwrap();
+        s.start().unwrap();
+        hw(&k, 0x03c7, 5);
+        hw(&k, 0x04c7, 7);
+        hw(&k, 0x18c7, 11);
+        hw(&k, 0x20c7, 13);
+        assert_eq!(s.stop().unwrap(), vec![5 + 7 * 2 + 11 * 4 + 13 * 8]);
+        assert_eq!(s.groups(), 1);
+        assert_eq!(s.descriptors(), 4);
+    }
+
+    #[test]
+    fn multiplexed_values_are_scaled_and_derived_terms_share_a_group() {
+        let (lib, k) = lib(2);
+        let mut s = lib.event_set();
+        s.set_multiplex(true).unwrap();
+        s.add_all(["PAPI_BR_TKN", "PAPI_TOT_CYC", "PAPI_TOT_INS"]).unwrap();
+        assert_eq!(s.groups(), 3, "one group per event");
+        assert!(s.status().multiplexing && s.status().bits() & 0x40 != 0);
+        assert!(k.open_events().iter().all(|e| !e.pinned), "multiplexed groups are not pinned");
+        s.start().unwrap();
+        hw(&k, 0x01c4, 1000);
+        hw(&k, 0x10c4, 300);
+        hw(&k, 0x3c, 2_000);
+        hw(&k, 0xc0, 900);
+        // The kernel ran the branch group half, cycles a quarter, instructions never.
+        k.set_times_nth_group(0, 2_000, 1_000);
+        k.set_times_nth_group(1, 2_000, 500);
+        k.set_times_nth_group(2, 2_000, 0);
+        let d = s.read_detailed().unwrap();
+        assert_eq!(d[0].raw, 700);
+        assert_eq!(d[0].value, 1400, "the difference is scaled once, never negative");
+        assert_eq!(d[0].scaling(), Scaling::Scaled { factor: 2.0 });
+        assert_eq!((d[1].value, d[1].raw), (8_000, 2_000));
+        assert_eq!((d[1].time_enabled, d[1].time_running), (2_000, 500));
+        assert_eq!(d[2].value, 0);
+        assert_eq!(d[2].scaling(), Scaling::NeverScheduled);
+        s.stop().unwrap();
+    }
+
+    #[test]
+    fn a_set_that_does_not_fit_the_counters_fails_to_add() {
+        let (lib, _k) = lib(4);
+        let mut s = lib.event_set();
+        for c in ["r01c4", "r02c4", "r04c4", "r08c4"] {
+            s.add_named(c).unwrap();
+        }
+        let e = s.add_named("r10c4").unwrap_err();
+        assert_eq!(e.code(), Code::Ecnflct);
+        assert!(e.to_string().contains("multiplexing"), "{e}");
+        assert_eq!(s.len(), 4, "the failed add leaves the set as it was");
+        assert_eq!(s.descriptors(), 4);
+        // Software events do not use hardware counters.
+        s.add_named("task-clock").unwrap();
+        s.set_multiplex(true).unwrap();
+        s.add_named("r10c4").unwrap();
+        assert_eq!(s.groups(), 6);
+    }
+
+    #[test]
+    fn a_group_the_kernel_cannot_schedule_fails_to_add() {
+        // The machine claims 4 counters, the PMU has 2 free: PAPI's add-time check catches it.
+        let k = MockKernel::new(2);
+        let lib = Library::with_machine(k.clone(), MockKernel::machine(4));
+        let mut s = lib.event_set();
+        s.add_all(["r01c4", "r02c4"]).unwrap();
+        let e = s.add_named("r04c4").unwrap_err();
+        assert_eq!(e.code(), Code::Ecnflct, "{e}");
+        assert!(e.to_string().contains("could not put"), "{e}");
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn running_sets_conflict_only_over_hardware_counters() {
+        let (lib, _k) = lib(3);
+        let mut a = lib.event_set();
+        a.add_all(["r01c4", "r02c4"]).unwrap();
+        let mut b = lib.event_set();
+        b.add_all(["r04c4", "r08c4"]).unwrap();
+        a.start().unwrap();
+        let e = b.start().unwrap_err();
+        assert_eq!(e.code(), Code::Ecnflct, "{e}");
+        assert!(e.to_string().contains("hold 2 of the 3"), "{e}");
+        a.stop().unwrap();
+        b.start().unwrap();
+        // Two software sets run at once on one thread.
+        let mut c = lib.event_set();
+        c.add_named("task-clock").unwrap();
+        let mut d = lib.event_set();
+        d.add_named("task-clock").unwrap();
+        c.start().unwrap();
+        d.start().unwrap();
+        drop(b); // releases its counters while running
+        a.start().unwrap();
+    }
+
+    #[test]
+    fn options_reach_the_kernel() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["task-clock", "page-faults"]).unwrap();
+        s.set_granularity(Granularity::Process).unwrap();
+        assert!(k.open_events().iter().all(|e| e.inherit && e.pid == 0 && e.cpu == -1));
+        s.set_cpu(Some(1)).unwrap();
+        assert!(k.open_events().iter().all(|e| e.cpu == 1));
+        let me = std::process::id() as i32;
+        s.attach(me).unwrap();
+        assert!(s.status().attached && s.status().bits() & 0x80 != 0);
+        assert!(k.open_events().iter().all(|e| e.pid == me && e.cpu == 1));
+        assert_eq!(code(s.set_granularity(Granularity::System)), Code::Ecombo);
+        s.detach().unwrap();
+        s.set_granularity(Granularity::System).unwrap();
+        assert!(s.status().cpu_attached && s.status().bits() & 0x100 != 0);
+        assert!(k.open_events().iter().all(|e| e.pid == -1 && e.cpu == 1));
+        s.set_domain(Some(Domain::ALL)).unwrap();
+        assert_eq!(s.options().domain, Some(Domain::ALL));
+    }
+
+    #[test]
+    fn kernel_refusals_keep_the_set_usable() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_named("task-clock").unwrap();
+        k.fail_open_config(2, libc::EACCES);
+        let e = s.add_named("page-faults").unwrap_err();
+        assert_eq!(e.code(), Code::Eperm, "{e}");
+        k.fail_open_config(0x4242, libc::ENOSPC);
+        assert_eq!(s.add_named("r4242").unwrap_err().code(), Code::Ecnflct);
+        assert_eq!(s.len(), 1);
+        s.start().unwrap();
+        assert_eq!(s.stop().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn dropping_a_running_set_disables_and_closes_everything() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["task-clock", "page-faults", "PAPI_BR_TKN"]).unwrap();
+        assert_eq!(k.live_fds(), 4);
+        s.start().unwrap();
+        let before = k.ioctls().len();
+        drop(s);
+        assert_eq!(k.ioctls()[before..], [papirus_substrate::sys::Ioctl::Disable { group: true }]);
+        assert_eq!(k.live_fds(), 0);
+        let mut s = lib.event_set();
+        s.add_named("task-clock").unwrap();
+        s.destroy().unwrap();
+        assert_eq!(k.live_fds(), 0);
+    }
+}
