@@ -117,7 +117,7 @@ pub fn measure(
         }
         batch *= 2;
     }
-    let mut per_call: Vec<f64> = (0..plan.samples.max(1))
+    let per_call: Vec<f64> = (0..plan.samples.max(1))
         .map(|_| {
             let t0 = (ticks.read)();
             for _ in 0..batch {
@@ -126,17 +126,69 @@ pub fn measure(
             (ticks.read)().saturating_sub(t0) as f64 / f64::from(batch)
         })
         .collect();
-    let histogram = (plan.bins > 0).then(|| histogram(&per_call, plan.bins));
-    let cycles = Stats::of(&mut per_call).expect("at least one sample");
-    Cost {
-        name: name.to_string(),
-        description: description.to_string(),
-        path: path.map(str::to_string),
-        cycles,
-        ns: cycles.scaled(1.0 / ticks.per_ns),
-        samples: plan.samples.max(1),
-        batch,
-        histogram,
+    Cost::from_samples(ticks, plan, name, description, path, per_call, batch)
+}
+
+/// Times two operations that must alternate (a timer's start and stop):
+/// each sample runs `first(i)` for `i` in `0..batch`, then `second(i)` for
+/// each `i`, timing the two loops apart. Returns the per-call cycles of
+/// `first` and of `second`, one value per sample, after one warm-up sample.
+pub fn measure_phases(
+    ticks: Ticks,
+    plan: Plan,
+    batch: u32,
+    mut first: impl FnMut(usize),
+    mut second: impl FnMut(usize),
+) -> (Vec<f64>, Vec<f64>) {
+    let batch = batch.max(1);
+    let n = batch as usize;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for s in 0..=plan.samples.max(1) {
+        let t0 = (ticks.read)();
+        for i in 0..n {
+            first(i);
+        }
+        let t1 = (ticks.read)();
+        for i in 0..n {
+            second(i);
+        }
+        let t2 = (ticks.read)();
+        if s > 0 {
+            a.push(t1.saturating_sub(t0) as f64 / f64::from(batch));
+            b.push(t2.saturating_sub(t1) as f64 / f64::from(batch));
+        }
+    }
+    (a, b)
+}
+
+impl Cost {
+    /// A cost from per-call cycle samples (`batch` calls each), with the
+    /// histogram `plan` asks for; `per_call` must not be empty.
+    pub fn from_samples(
+        ticks: Ticks,
+        plan: Plan,
+        name: &str,
+        description: &str,
+        path: Option<&str>,
+        mut per_call: Vec<f64>,
+        batch: u32,
+    ) -> Cost {
+        if per_call.is_empty() {
+            per_call.push(0.0);
+        }
+        let histogram = (plan.bins > 0).then(|| histogram(&per_call, plan.bins));
+        let samples = per_call.len() as u32;
+        let cycles = Stats::of(&mut per_call).unwrap_or(Stats { min: 0.0, median: 0.0, p99: 0.0, max: 0.0 });
+        Cost {
+            name: name.to_string(),
+            description: description.to_string(),
+            path: path.map(str::to_string),
+            cycles,
+            ns: cycles.scaled(1.0 / ticks.per_ns),
+            samples,
+            batch: batch.max(1),
+            histogram,
+        }
     }
 }
 
