@@ -6,6 +6,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::measure::Cost;
+use crate::rows::Unavailable;
 
 /// The schema version this crate writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -44,8 +45,14 @@ pub struct CostFile {
     pub machine: serde_json::Value,
     /// TSC ticks per second used to convert cycles to time.
     pub tsc_hz: f64,
+    /// The CPU the measurements were pinned to, if any (`--cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_cpu: Option<usize>,
     /// Every primitive's cost.
     pub costs: Vec<Cost>,
+    /// The rows that could not run on this machine, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unavailable: Vec<Unavailable>,
     /// The validation results, when `--validate` ran.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub validation: Vec<Check>,

@@ -8,9 +8,11 @@
 #![deny(unsafe_code)]
 
 pub mod builtin;
+pub mod cli;
 pub mod costfile;
 pub mod measure;
 pub mod rows;
+pub mod validate;
 
 pub use costfile::{Check, CostFile, FORMAT_VERSION, LoadError, Outcome};
 pub use measure::{Bin, Cost, Plan, Stats, Ticks, measure, measure_phases};

@@ -102,7 +102,16 @@ pub fn measure(
     path: Option<&str>,
     mut f: impl FnMut(),
 ) -> Cost {
-    // Warm up and size the batch so one sample spans about sample_cycles.
+    // Warm up: first calls may set up lazily (a clock calibrating, a
+    // thread's reader opening its event), which must not size the batch.
+    let warm = (ticks.read)();
+    for i in 0u32.. {
+        f();
+        if i >= 16 && (ticks.read)().saturating_sub(warm) >= plan.sample_cycles {
+            break;
+        }
+    }
+    // Size the batch so one sample spans about sample_cycles.
     let mut batch = 1u32;
     loop {
         let t0 = (ticks.read)();
