@@ -129,3 +129,19 @@ impl CostFile {
         std::fs::write(path, text + "\n")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn other_versions_and_bad_files_are_typed_errors() {
+        let v2 = r#"{"format_version": 2, "generator": "x", "machine": {}, "tsc_hz": 1, "costs": []}"#;
+        assert!(matches!(CostFile::from_json(v2), Err(LoadError::Version { found: 2, .. })));
+        assert!(matches!(CostFile::from_json("{"), Err(LoadError::Parse { .. })));
+        assert!(matches!(CostFile::load("/nonexistent/costs.json"), Err(LoadError::Io { .. })));
+        let v1 = r#"{"format_version": 1, "generator": "x", "machine": {}, "tsc_hz": 1, "costs": []}"#;
+        let f = CostFile::from_json(v1).unwrap();
+        assert!(f.cost("baseline.rdtsc").is_none() && f.unavailable.is_empty());
+    }
+}
