@@ -166,28 +166,47 @@ fn measure(name: &str, f: impl FnOnce()) -> (i64, i64, f64) {
     (g.metrics["real_time_ns"].total, g.metrics["virtual_time_ns"].total, g.derived["cpu_utilisation"])
 }
 
+fn thread_cpu_ns() -> i64 {
+    papirus_substrate::sys::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() as i64
+}
+
 #[test]
 fn busy_loop_is_timed_and_uses_the_cpu() {
     init();
-    // A shared VM can preempt us: best of a few tries.
+    // A shared VM can preempt us: best of a few tries. Each try also asks
+    // the kernel (CLOCK_THREAD_CPUTIME_ID, std's Instant) what happened.
     let mut tries = vec![];
-    for i in 0..4 {
-        let mut wall = Duration::ZERO;
+    for i in 0..5 {
+        let (mut wall, mut cpu) = (0i64, 0i64);
         let (real, _virt, util) = measure(&format!("busy{i}"), || {
-            let t = Instant::now();
+            let (t, c) = (Instant::now(), thread_cpu_ns());
             while t.elapsed() < Duration::from_millis(100) {
                 std::hint::black_box(0u64);
             }
-            wall = t.elapsed();
+            cpu = thread_cpu_ns() - c;
+            wall = t.elapsed().as_nanos() as i64;
         });
+        let kernel_util = cpu as f64 / wall as f64;
+        println!(
+            "busy loop: region real {real} ns (Instant {wall} ns), utilisation {util:.3} (kernel's {kernel_util:.3})"
+        );
         let err = (real as f64 - 1e8).abs() / 1e8;
-        println!("busy loop: region real {real} ns (std Instant {} ns), utilisation {util:.3}", wall.as_nanos());
-        tries.push((err, util));
+        tries.push((err, util, kernel_util));
         if err < 0.05 && util > 0.9 {
             return;
         }
     }
-    panic!("no try within 100 ms ± 5 % at utilisation > 0.9: {tries:?}");
+    let best_time = tries.iter().map(|t| t.0).fold(f64::MAX, f64::min);
+    assert!(best_time < 0.05, "no try within 100 ms ± 5 %: {tries:?}");
+    // Never above 0.9: the machine did not give this thread the CPU. That
+    // is only acceptable when the kernel's own accounting agrees.
+    for &(_, util, kernel) in &tries {
+        assert!(kernel < 0.9, "kernel saw utilisation {kernel:.3} but the region {util:.3}: {tries:?}");
+        assert!((util - kernel).abs() < 0.05, "region utilisation {util:.3} vs kernel's {kernel:.3}");
+    }
+    println!(
+        "NOTE: this machine is overloaded (load average above its CPUs): the busy thread got under 90 % of a CPU in every try, as the kernel's own thread CPU clock confirms; the > 0.9 criterion could not be shown in this run"
+    );
 }
 
 #[test]
@@ -212,10 +231,11 @@ fn fresh_page_touches_are_counted() {
     let setup = region::setup();
     assert!(setup.metrics.iter().any(|m| m == "page-faults"), "default events: {:?}", setup.metrics);
     let page = 4096;
-    // calloc of 4 MB: fresh zero pages from mmap, not touched until written.
-    let mut buf = vec![0u8; 1000 * page];
+    // calloc of 4 MB: fresh zero pages from mmap, not touched until written
+    // (except the first, which holds malloc's chunk header).
+    let mut buf = vec![0u8; 1001 * page];
     region_begin("touch").unwrap();
-    for p in 0..1000 {
+    for p in 1..=1000 {
         buf[p * page] = 1;
     }
     region_end("touch").unwrap();
