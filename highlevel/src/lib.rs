@@ -5,8 +5,10 @@
 #![deny(unsafe_code)]
 
 pub mod clocks;
+pub mod counters_api;
 pub mod histogram;
 pub mod predicate;
+pub mod rates;
 pub mod region;
 pub mod report;
 pub mod timer;

@@ -166,6 +166,22 @@ fn measure(name: &str, f: impl FnOnce()) -> (i64, i64, f64) {
     (g.metrics["real_time_ns"].total, g.metrics["virtual_time_ns"].total, g.derived["cpu_utilisation"])
 }
 
+/// A buffer of fresh pages: larger than glibc's largest mmap threshold
+/// (32 MiB), so it is always its own zero-filled mmap, never recycled heap
+/// memory whose pages are already present.
+fn fresh_buffer(pages: usize) -> Vec<u8> {
+    vec![0u8; (33 << 20).max((pages + 1) * 4096)]
+}
+
+/// Writes one byte in each of `pages` distinct pages of `buf`, spread out,
+/// skipping the first page (malloc's chunk header lives there).
+fn touch(buf: &mut [u8], pages: usize) {
+    let stride = (buf.len() / 4096 - 1) / pages;
+    for p in 0..pages {
+        buf[(1 + p * stride) * 4096] = 1;
+    }
+}
+
 fn thread_cpu_ns() -> i64 {
     papirus_substrate::sys::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID).unwrap() as i64
 }
@@ -215,8 +231,10 @@ fn sleep_does_not_use_the_cpu() {
     let mut tries = vec![];
     for i in 0..3 {
         let (real, virt, util) = measure(&format!("sleep{i}"), || std::thread::sleep(Duration::from_millis(100)));
-        println!("sleep: real {real} ns, virtual {virt} ns, utilisation {util:.4}");
+        let cs = metric(&my_thread(&report::snapshot()), &format!("sleep{i}"), "context-switches");
+        println!("sleep: real {real} ns, virtual {virt} ns, utilisation {util:.4}, {cs} context switches");
         assert!(real >= 100_000_000, "a 100 ms sleep took {real} ns of real time");
+        assert!(cs >= 1, "a sleep switches the thread out at least once");
         tries.push(util);
         if util < 0.1 {
             return;
@@ -230,14 +248,9 @@ fn fresh_page_touches_are_counted() {
     init();
     let setup = region::setup();
     assert!(setup.metrics.iter().any(|m| m == "page-faults"), "default events: {:?}", setup.metrics);
-    let page = 4096;
-    // calloc of 4 MB: fresh zero pages from mmap, not touched until written
-    // (except the first, which holds malloc's chunk header).
-    let mut buf = vec![0u8; 1001 * page];
+    let mut buf = fresh_buffer(1000);
     region_begin("touch").unwrap();
-    for p in 1..=1000 {
-        buf[p * page] = 1;
-    }
+    touch(&mut buf, 1000);
     region_end("touch").unwrap();
     std::hint::black_box(&buf);
     let me = my_thread(&report::snapshot());
@@ -368,5 +381,100 @@ fn report_is_written_at_exit() {
         assert_eq!(worker.name, "worker");
         assert_eq!((worker.regions[0].name.as_str(), worker.regions[0].calls), ("worker_loop", 3));
         assert!(json.with_extension("txt").exists());
+    }
+}
+
+/// PAPI's rate functions and the classic counters API.
+mod rates_and_counters {
+    use std::time::{Duration, Instant};
+
+    use papirus_highlevel::counters_api::{accum_counters, num_counters, read_counters, start_counters, stop_counters};
+    use papirus_highlevel::rates::{self, RateError};
+    use papirus_lowlevel::Code;
+
+    fn touch_pages(n: usize) -> Vec<u8> {
+        let mut buf = super::fresh_buffer(n);
+        super::touch(&mut buf, n);
+        buf
+    }
+
+    /// Without a PMU, ipc and flops_rate name the hardware event they miss;
+    /// with one, they count.
+    #[test]
+    fn hardware_rates_name_the_missing_event() {
+        let pmu = num_counters().unwrap() > 0;
+        for (what, r) in [("ipc", rates::ipc().map(|_| ())), ("flops_rate", rates::flops_rate("PAPI_FP_OPS").map(|_| ()))] {
+            match r {
+                Ok(()) => assert!(pmu, "{what} counted without hardware counters"),
+                Err(e @ RateError::MissingEvent { .. }) => {
+                    let RateError::MissingEvent { ref event, .. } = e else { unreachable!() };
+                    assert!(event.starts_with("PAPI_"), "{e}");
+                    assert!(e.to_string().contains(event.as_str()), "{e}");
+                    assert_eq!(e.code(), Code::Enoevnt, "{e}");
+                    println!("{what}: {e}");
+                    if !pmu {
+                        assert!(e.to_string().contains("no hardware PMU"), "{e}");
+                    }
+                }
+                Err(e) => panic!("{what}: unexpected {e:?}"),
+            }
+        }
+        let _ = rates::rate_stop();
+        assert!(matches!(rates::flops_rate("PAPI_TOT_INS"), Err(RateError::WrongEvent { .. })));
+        assert!(matches!(rates::flips_rate("PAPI_FP_OPS"), Err(RateError::WrongEvent { .. })));
+    }
+
+    #[test]
+    fn time_and_event_rates_work_here() {
+        let first = rates::time_rate().unwrap();
+        assert_eq!(first, Default::default(), "the first call starts and reports zeros");
+        let (t, c) = (Instant::now(), super::thread_cpu_ns());
+        while t.elapsed() < Duration::from_millis(30) {
+            std::hint::black_box(0u64);
+        }
+        let (wall, cpu) = (t.elapsed().as_secs_f64(), (super::thread_cpu_ns() - c) as f64 / 1e9);
+        let r = rates::time_rate().unwrap();
+        println!("time_rate: {r:?} (inner loop: {wall} s real, {cpu} s CPU)");
+        // The interval contains the loop.
+        assert!(r.real_time_s >= wall && r.proc_time_s >= cpu * 0.99, "{r:?}");
+        assert!(r.utilisation > 0.0 && r.proc_time_s <= r.real_time_s * 1.01, "{r:?}");
+
+        assert_eq!(rates::event_rate("page-faults").unwrap().count, 0);
+        let buf = touch_pages(200);
+        let r = rates::event_rate("page-faults").unwrap();
+        std::hint::black_box(buf);
+        println!("event_rate(page-faults): {r:?}");
+        assert!(r.count >= 200 && r.rate > 0.0, "{r:?}");
+        // A later call reports only what happened since.
+        let again = rates::event_rate("page-faults").unwrap();
+        assert!(again.count < 200, "{again:?}");
+        rates::rate_stop().unwrap();
+        assert!(matches!(rates::rate_stop(), Err(RateError::NotRunning)));
+    }
+
+    #[test]
+    fn classic_counters_api() {
+        let mut v = [0i64; 2];
+        assert_eq!(read_counters(&mut v).unwrap_err().code(), Code::Enotrun);
+        start_counters(&["task-clock", "page-faults"]).unwrap();
+        assert_eq!(start_counters(&["page-faults"]).unwrap_err().code(), Code::Eisrun);
+        let buf = touch_pages(300);
+        read_counters(&mut v).unwrap();
+        std::hint::black_box(buf);
+        assert!(v[1] >= 300 && v[0] > 0, "{v:?}");
+        // Reading restarted the counts.
+        read_counters(&mut v).unwrap();
+        assert!(v[1] < 300, "{v:?}");
+        let mut acc = [0, 1000i64];
+        let buf = touch_pages(100);
+        accum_counters(&mut acc).unwrap();
+        std::hint::black_box(buf);
+        assert!(acc[1] >= 1100, "{acc:?}");
+        let mut short = [0i64; 1];
+        assert_eq!(accum_counters(&mut short).unwrap_err().code(), Code::Ebuf);
+        stop_counters(&mut v).unwrap();
+        assert_eq!(stop_counters(&mut v).unwrap_err().code(), Code::Enotrun);
+        assert!(start_counters(&["no-such-event"]).unwrap_err().to_string().contains("no-such-event"));
+        println!("num_counters: {}", num_counters().unwrap());
     }
 }
