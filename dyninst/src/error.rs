@@ -7,6 +7,9 @@ pub enum Error {
     /// A substrate failure (ELF, perf).
     #[error(transparent)]
     Substrate(#[from] papirus_substrate::Error),
+    /// A program, process or module that cannot be listed.
+    #[error(transparent)]
+    Inventory(#[from] crate::inventory::InventoryError),
 }
 
 /// The result type of papirus-dyninst.

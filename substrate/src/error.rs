@@ -168,6 +168,14 @@ pub enum Error {
         /// The closest format fields and events of that PMU.
         suggestions: Vec<String>,
     },
+    /// A `cpu/…/` event on a machine whose sysfs lists no core PMU.
+    #[error(
+        "`{event}` needs the CPU's core PMU (`cpu` in /sys/bus/event_source/devices), which is absent: {NO_PMU_HINT}"
+    )]
+    NoHardwarePmu {
+        /// The whole event.
+        event: String,
+    },
     /// A breakpoint whose address, length or access cannot be set on this CPU.
     #[error("bad breakpoint `{event}`: {reason}")]
     BadAddress {
@@ -188,7 +196,9 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Tracepoint ids come from tracefs, which is not mounted.
-    #[error("`{event}` is a tracepoint but tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing; mount it (`mount -t tracefs nodev /sys/kernel/tracing`)")]
+    #[error(
+        "`{event}` is a tracepoint but tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing; mount it (`mount -t tracefs nodev /sys/kernel/tracing`)"
+    )]
     NoTracefs {
         /// The whole event.
         event: String,

@@ -27,3 +27,4 @@ pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
 pub use event::{Count, Counter, Scaling, Target};
 pub use group::{Group, GroupCounts, Member};
+pub use names::{Parser, parse_event};

@@ -21,13 +21,13 @@
 //!
 //! # Defaults
 //!
-//! Without modifiers an event counts user space only ([`Domain::USER`]), so
-//! a user without privileges can measure their own programs. Two exceptions
-//! count every domain, because user-only would be wrong or refused:
-//! tracepoints (kernel code paths; `exclude_kernel` hides them), and PMUs
-//! the kernel marks as unable to exclude (msr, RAPL `power`, C-states,
-//! uncore: see [`Pmu::counts_all_domains`]); naming a modifier on the
-//! latter is an error rather than an `EINVAL` at open.
+//! Without modifiers an event gets [`Domain::default_for`] its PMU: user
+//! space only, so a user without privileges can measure their own programs,
+//! except where user only would be refused or count nothing (tracepoints,
+//! the scheduler's software events, and PMUs that cannot exclude a mode:
+//! msr, RAPL `power`, C-states, uncore). Naming a modifier on one of the
+//! latter is an error here rather than an `EINVAL` at open
+//! ([`Pmu::counts_all_domains`]).
 //!
 //! # Breakpoints and probes
 //!
@@ -73,20 +73,36 @@ pub(crate) struct Named {
 
 /// perf's `PERF_TYPE_HARDWARE` names.
 pub(crate) const HARDWARE: &[Named] = &[
-    Named { names: &["cpu-cycles", "cycles"], config: b::PERF_COUNT_HW_CPU_CYCLES as u64, description: "CPU core cycles" },
-    Named { names: &["instructions"], config: b::PERF_COUNT_HW_INSTRUCTIONS as u64, description: "instructions retired" },
+    Named {
+        names: &["cpu-cycles", "cycles"],
+        config: b::PERF_COUNT_HW_CPU_CYCLES as u64,
+        description: "CPU core cycles",
+    },
+    Named {
+        names: &["instructions"],
+        config: b::PERF_COUNT_HW_INSTRUCTIONS as u64,
+        description: "instructions retired",
+    },
     Named {
         names: &["cache-references"],
         config: b::PERF_COUNT_HW_CACHE_REFERENCES as u64,
         description: "last-level cache accesses",
     },
-    Named { names: &["cache-misses"], config: b::PERF_COUNT_HW_CACHE_MISSES as u64, description: "last-level cache misses" },
+    Named {
+        names: &["cache-misses"],
+        config: b::PERF_COUNT_HW_CACHE_MISSES as u64,
+        description: "last-level cache misses",
+    },
     Named {
         names: &["branch-instructions", "branches"],
         config: b::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64,
         description: "branch instructions retired",
     },
-    Named { names: &["branch-misses"], config: b::PERF_COUNT_HW_BRANCH_MISSES as u64, description: "mispredicted branches" },
+    Named {
+        names: &["branch-misses"],
+        config: b::PERF_COUNT_HW_BRANCH_MISSES as u64,
+        description: "mispredicted branches",
+    },
     Named { names: &["bus-cycles"], config: b::PERF_COUNT_HW_BUS_CYCLES as u64, description: "bus cycles" },
     Named {
         names: &["stalled-cycles-frontend", "idle-cycles-frontend"],
@@ -107,9 +123,21 @@ pub(crate) const HARDWARE: &[Named] = &[
 
 /// perf's `PERF_TYPE_SOFTWARE` names.
 pub(crate) const SOFTWARE: &[Named] = &[
-    Named { names: &["cpu-clock"], config: b::PERF_COUNT_SW_CPU_CLOCK as u64, description: "CPU clock, ns (per-CPU timer)" },
-    Named { names: &["task-clock"], config: b::PERF_COUNT_SW_TASK_CLOCK as u64, description: "CPU time of the task, ns" },
-    Named { names: &["page-faults", "faults"], config: b::PERF_COUNT_SW_PAGE_FAULTS as u64, description: "page faults" },
+    Named {
+        names: &["cpu-clock"],
+        config: b::PERF_COUNT_SW_CPU_CLOCK as u64,
+        description: "CPU clock, ns (per-CPU timer)",
+    },
+    Named {
+        names: &["task-clock"],
+        config: b::PERF_COUNT_SW_TASK_CLOCK as u64,
+        description: "CPU time of the task, ns",
+    },
+    Named {
+        names: &["page-faults", "faults"],
+        config: b::PERF_COUNT_SW_PAGE_FAULTS as u64,
+        description: "page faults",
+    },
     Named {
         names: &["context-switches", "cs"],
         config: b::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
@@ -125,7 +153,11 @@ pub(crate) const SOFTWARE: &[Named] = &[
         config: b::PERF_COUNT_SW_PAGE_FAULTS_MIN as u64,
         description: "page faults served without I/O",
     },
-    Named { names: &["major-faults"], config: b::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64, description: "page faults that read from disk" },
+    Named {
+        names: &["major-faults"],
+        config: b::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64,
+        description: "page faults that read from disk",
+    },
     Named {
         names: &["alignment-faults"],
         config: b::PERF_COUNT_SW_ALIGNMENT_FAULTS as u64,
@@ -136,8 +168,16 @@ pub(crate) const SOFTWARE: &[Named] = &[
         config: b::PERF_COUNT_SW_EMULATION_FAULTS as u64,
         description: "instructions emulated by the kernel",
     },
-    Named { names: &["dummy"], config: b::PERF_COUNT_SW_DUMMY as u64, description: "counts nothing (placeholder for sampling)" },
-    Named { names: &["bpf-output"], config: b::PERF_COUNT_SW_BPF_OUTPUT as u64, description: "output of BPF programs" },
+    Named {
+        names: &["dummy"],
+        config: b::PERF_COUNT_SW_DUMMY as u64,
+        description: "counts nothing (placeholder for sampling)",
+    },
+    Named {
+        names: &["bpf-output"],
+        config: b::PERF_COUNT_SW_BPF_OUTPUT as u64,
+        description: "output of BPF programs",
+    },
     Named {
         names: &["cgroup-switches"],
         config: b::PERF_COUNT_SW_CGROUP_SWITCHES as u64,
@@ -160,7 +200,10 @@ pub(crate) const CACHE_TYPES: &[(&[&str], u64)] = &[
 pub(crate) const CACHE_OPS: &[(&[&str], u64)] = &[
     (&["load", "loads", "read"], b::PERF_COUNT_HW_CACHE_OP_READ as u64),
     (&["store", "stores", "write"], b::PERF_COUNT_HW_CACHE_OP_WRITE as u64),
-    (&["prefetch", "prefetches", "speculative-read", "speculative-load"], b::PERF_COUNT_HW_CACHE_OP_PREFETCH as u64),
+    (
+        &["prefetch", "prefetches", "speculative-read", "speculative-load"],
+        b::PERF_COUNT_HW_CACHE_OP_PREFETCH as u64,
+    ),
 ];
 
 /// Results.
@@ -251,8 +294,7 @@ const PERF_MODIFIERS: &str = "ukhGHIpPSDWebR";
 impl Parser {
     /// A parser over `pmus`, with tracefs found at the usual places.
     pub fn new(pmus: PmuSet) -> Self {
-        let tracefs =
-            TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
+        let tracefs = TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
         Parser { pmus, tracefs }
     }
 
@@ -333,7 +375,7 @@ impl Parser {
     fn symbolic(&self, event: &str, base: &str, mods: Option<&str>) -> Result<ParsedEvent> {
         let fixed = |kind, type_, config, pmu: &str| -> Result<ParsedEvent> {
             let mut attr = EventAttr::new(event, kind, type_, config);
-            apply_modifiers(event, &mut attr, mods, false)?;
+            apply_modifiers(event, &mut attr, mods, pmu, false)?;
             Ok(ParsedEvent { attr, pmu: pmu.to_string(), scale: 1.0, unit: None })
         };
         if let Some(n) = HARDWARE.iter().find(|n| n.names.contains(&base)) {
@@ -378,6 +420,11 @@ impl Parser {
             return Err(malformed(event, "no PMU name before `/`"));
         }
         let Some(pmu) = self.pmus.get(pmu_name) else {
+            if matches!(pmu_name, "cpu" | "cpu_core" | "cpu_atom")
+                && !self.pmus.pmus().iter().any(Pmu::is_core)
+            {
+                return Err(Error::NoHardwarePmu { event: event.to_string() });
+            }
             return Err(Error::UnknownPmu {
                 name: pmu_name.to_string(),
                 event: event.to_string(),
@@ -385,7 +432,10 @@ impl Parser {
             });
         };
         if !mods.is_empty() && !is_modifier_text(mods) {
-            return Err(malformed(event, format!("`{mods}` after the closing `/` is not a modifier (u, k, h)")));
+            return Err(malformed(
+                event,
+                format!("`{mods}` after the closing `/` is not a modifier (u, k, h)"),
+            ));
         }
         self.pmu_terms(event, pmu, terms, (!mods.is_empty()).then_some(mods))
     }
@@ -434,7 +484,10 @@ impl Parser {
         if let Some((alias, field)) = enc.pending.first() {
             return Err(malformed(
                 event,
-                format!("event `{alias}` of `{}` needs a value for `{field}`: write `{}/{alias},{field}=N/`", pmu.name, pmu.name),
+                format!(
+                    "event `{alias}` of `{}` needs a value for `{field}`: write `{}/{alias},{field}=N/`",
+                    pmu.name, pmu.name
+                ),
             ));
         }
         let kind = match pmu.type_ {
@@ -445,12 +498,10 @@ impl Parser {
             _ if pmu.is_core() => Kind::Hardware,
             _ => Kind::Dynamic,
         };
-        let mut attr = EventAttr::new(enc.set_name.unwrap_or(event).to_string(), kind, pmu.type_, enc.words[0]);
+        let mut attr =
+            EventAttr::new(enc.set_name.unwrap_or(event).to_string(), kind, pmu.type_, enc.words[0]);
         attr.config1(enc.words[1]).config2(enc.words[2]);
-        if pmu.counts_all_domains() {
-            attr.domain(Domain::ALL);
-        }
-        apply_modifiers(event, &mut attr, mods, pmu.counts_all_domains())?;
+        apply_modifiers(event, &mut attr, mods, &pmu.name, pmu.counts_all_domains())?;
         Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale, unit })
     }
 
@@ -458,15 +509,26 @@ impl Parser {
     fn tracepoint(&self, event: &str, base: &str, mods: Option<&str>) -> Result<ParsedEvent> {
         let (sys, tp) = base.split_once(':').unwrap_or((base, ""));
         if sys.is_empty() || tp.is_empty() || tp.contains(':') {
-            return Err(malformed(event, "a tracepoint is `subsystem:name` (e.g. `syscalls:sys_enter_write`)"));
+            return Err(malformed(
+                event,
+                "a tracepoint is `subsystem:name` (e.g. `syscalls:sys_enter_write`)",
+            ));
         }
         if let Some(c) = base.chars().find(|c| matches!(c, '*' | '?' | '[' | ']' | '{' | '}')) {
-            return Err(malformed(event, format!("`{c}`: globs select many tracepoints; name one (`papirus` lists them)")));
+            return Err(malformed(
+                event,
+                format!("`{c}`: globs select many tracepoints; name one (`catalog::Catalog` lists them)"),
+            ));
         }
-        if let Some(c) = base.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'))) {
+        if let Some(c) =
+            base.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+        {
             return Err(malformed(event, format!("`{c}` cannot appear in a tracepoint name")));
         }
         let Some(root) = &self.tracefs else {
+            if self.symbolic(sys, sys, None).is_ok() {
+                return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
+            }
             return Err(Error::NoTracefs { event: event.to_string() });
         };
         let events = root.join("events");
@@ -474,6 +536,16 @@ impl Parser {
         let text = match fs::read_to_string(&id_path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // `instructions:z`: a known event with a letter that is no modifier.
+                if !events.join(sys).is_dir() && !sys.contains('/') && self.symbolic(sys, sys, None).is_ok() {
+                    return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
+                }
+                if events.join(sys).join(tp).is_dir() {
+                    return Err(malformed(
+                        event,
+                        "tracefs lists it but gives it no id: ftrace's own events cannot be opened through perf",
+                    ));
+                }
                 let candidates = if events.join(sys).is_dir() {
                     list_dirs(&events.join(sys)).into_iter().map(|t| format!("{sys}:{t}")).collect()
                 } else {
@@ -491,8 +563,7 @@ impl Parser {
             reason: format!("{} holds `{}`, not a tracepoint id", id_path.display(), text.trim()),
         })?;
         let mut attr = EventAttr::new(event, Kind::Tracepoint, b::PERF_TYPE_TRACEPOINT, id);
-        attr.domain(Domain::ALL);
-        apply_modifiers(event, &mut attr, mods, false)?;
+        apply_modifiers(event, &mut attr, mods, "tracepoint", false)?;
         Ok(ParsedEvent { attr, pmu: "tracepoint".into(), scale: 1.0, unit: None })
     }
 
@@ -536,7 +607,9 @@ impl Parser {
         };
         let bp_type = match access.unwrap_or(if is_symbol { "x" } else { "rw" }) {
             a if a.contains('x') && a.len() > 1 => {
-                return Err(bad(format!("`{a}`: x86 watches execution or data access, not both; use `x`, `r`, `w` or `rw`")));
+                return Err(bad(format!(
+                    "`{a}`: x86 watches execution or data access, not both; use `x`, `r`, `w` or `rw`"
+                )));
             }
             "x" => b::HW_BREAKPOINT_X,
             a => {
@@ -570,7 +643,7 @@ impl Parser {
         }
         let mut attr = EventAttr::new(event, Kind::Breakpoint, b::PERF_TYPE_BREAKPOINT, 0);
         attr.bp_type(bp_type).config1(addr).config2(len);
-        apply_modifiers(event, &mut attr, mods, false)?;
+        apply_modifiers(event, &mut attr, mods, "breakpoint", false)?;
         Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None })
     }
 
@@ -581,11 +654,15 @@ impl Parser {
             return Err(malformed(event, format!("write `{prefix}:PATH:SYMBOL`")));
         };
         if path.is_empty() || target.is_empty() {
-            return Err(malformed(event, format!("write `{prefix}:PATH:SYMBOL` (path and symbol both needed)")));
+            return Err(malformed(
+                event,
+                format!("write `{prefix}:PATH:SYMBOL` (path and symbol both needed)"),
+            ));
         }
         let (symbol, offset) = match target.split_once('+') {
             Some((s, o)) => {
-                let o = parse_number(o).ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?;
+                let o = parse_number(o)
+                    .ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?;
                 (s, o)
             }
             None => (target, 0),
@@ -608,7 +685,10 @@ impl Parser {
         let elf = ElfFile::open(&abs)?;
         let sym = elf.lookup_function(symbol)?;
         if offset != 0 && sym.size != 0 && offset >= sym.size {
-            return Err(malformed(event, format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size)));
+            return Err(malformed(
+                event,
+                format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size),
+            ));
         }
         let vaddr = sym.address + offset;
         let file_offset = elf.vaddr_to_file_offset(vaddr).ok_or_else(|| Error::Elf {
@@ -617,16 +697,18 @@ impl Parser {
         })?;
         let mut config = 0;
         if ret {
-            let field = pmu
-                .format("retprobe")
-                .filter(|f| f.word == ConfigWord::Config)
-                .ok_or_else(|| malformed(event, "this kernel's uprobe PMU has no `format/retprobe`; return probes are unavailable"))?;
+            let field = pmu.format("retprobe").filter(|f| f.word == ConfigWord::Config).ok_or_else(|| {
+                malformed(
+                    event,
+                    "this kernel's uprobe PMU has no `format/retprobe`; return probes are unavailable",
+                )
+            })?;
             config = field.scatter(1).unwrap_or(0);
         }
         let c_path = CString::new(abs.as_os_str().as_encoded_bytes())
             .map_err(|_| malformed(event, "the path contains a NUL byte"))?;
         let mut attr = EventAttr::new(event, Kind::Dynamic, pmu.type_, config);
-        attr.uprobe_path(c_path).config2(file_offset);
+        attr.uprobe_path(c_path).config2(file_offset).default_domain(&pmu.name);
         Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale: 1.0, unit: None })
     }
 }
@@ -647,13 +729,22 @@ impl<'a> Encoder<'a> {
         let number = |v: Option<&str>| -> Result<u64> {
             match v {
                 None => Ok(1),
-                Some(v) => parse_number(v).ok_or_else(|| malformed(event, format!("`{key}={v}`: `{v}` is not a number"))),
+                Some(v) => parse_number(v)
+                    .ok_or_else(|| malformed(event, format!("`{key}={v}`: `{v}` is not a number"))),
             }
         };
         if let Some(field) = self.pmu.format(key) {
             let v = number(value)?;
             let bits = field.scatter(v).ok_or_else(|| {
-                malformed(event, format!("`{key}={v:#x}` does not fit {} bits ({key} is {}:{})", field.width(), field.word.as_str(), ranges_text(&field.ranges)))
+                malformed(
+                    event,
+                    format!(
+                        "`{key}={v:#x}` does not fit {} bits ({key} is {}:{})",
+                        field.width(),
+                        field.word.as_str(),
+                        ranges_text(&field.ranges)
+                    ),
+                )
             })?;
             let slot = self.slot(field.word)?;
             *slot = (*slot & !field.mask()) | bits;
@@ -674,21 +765,43 @@ impl<'a> Encoder<'a> {
             return Ok(());
         }
         if key == "name" && !from_alias {
-            self.set_name = Some(value.ok_or_else(|| malformed(event, "`name` needs a value: `name=my-event`"))?);
+            self.set_name =
+                Some(value.ok_or_else(|| malformed(event, "`name` needs a value: `name=my-event`"))?);
             return Ok(());
         }
         const SAMPLING: [&str; 16] = [
-            "period", "freq", "branch_type", "time", "call-graph", "stack-size", "max-stack", "inherit", "no-inherit",
-            "overwrite", "no-overwrite", "percore", "aux-output", "aux-sample-size", "metric-id", "cpu",
+            "period",
+            "freq",
+            "branch_type",
+            "time",
+            "call-graph",
+            "stack-size",
+            "max-stack",
+            "inherit",
+            "no-inherit",
+            "overwrite",
+            "no-overwrite",
+            "percore",
+            "aux-output",
+            "aux-sample-size",
+            "metric-id",
+            "cpu",
         ];
         if SAMPLING.contains(&key) {
             return Err(malformed(
                 event,
-                format!("perf's `{key}` term sets how perf samples or schedules, not what is counted; papirus sets that through its API, not the name"),
+                format!(
+                    "perf's `{key}` term sets how perf samples or schedules, not what is counted; papirus sets that through its API, not the name"
+                ),
             ));
         }
-        let candidates: Vec<&str> =
-            self.pmu.formats.iter().map(|f| f.name.as_str()).chain(self.pmu.aliases.iter().map(|a| a.name.as_str())).collect();
+        let candidates: Vec<&str> = self
+            .pmu
+            .formats
+            .iter()
+            .map(|f| f.name.as_str())
+            .chain(self.pmu.aliases.iter().map(|a| a.name.as_str()))
+            .collect();
         Err(Error::UnknownTerm {
             event: event.to_string(),
             pmu: self.pmu.name.clone(),
@@ -702,7 +815,9 @@ impl<'a> Encoder<'a> {
             ConfigWord::Config => Ok(&mut self.words[0]),
             ConfigWord::Config1 => Ok(&mut self.words[1]),
             ConfigWord::Config2 => Ok(&mut self.words[2]),
-            ConfigWord::Config3 => Err(malformed(self.event, "config3 terms are not supported by papirus' attr yet")),
+            ConfigWord::Config3 => {
+                Err(malformed(self.event, "config3 terms are not supported by papirus' attr yet"))
+            }
         }
     }
 }
@@ -737,19 +852,38 @@ fn parse_number(s: &str) -> Option<u64> {
     }
 }
 
-/// Applies `u`/`k`/`h`; `fixed_domain` PMUs refuse them.
-fn apply_modifiers(event: &str, attr: &mut EventAttr, mods: Option<&str>, fixed_domain: bool) -> Result<()> {
-    let Some(mods) = mods else { return Ok(()) };
+/// Applies `u`/`k`/`h`, or without them the default domain of an event of
+/// PMU `pmu` ([`Domain::default_for`]); `fixed_domain` PMUs refuse modifiers.
+fn apply_modifiers(
+    event: &str,
+    attr: &mut EventAttr,
+    mods: Option<&str>,
+    pmu: &str,
+    fixed_domain: bool,
+) -> Result<()> {
+    let Some(mods) = mods else {
+        attr.default_domain(pmu);
+        return Ok(());
+    };
     if let Some(c) = mods.chars().find(|c| !"ukh".contains(*c)) {
         return Err(malformed(
             event,
-            format!("modifier `{c}` is perf's but papirus supports only `u` (user), `k` (kernel) and `h` (hypervisor)"),
+            format!(
+                "modifier `{c}` is perf's but papirus supports only `u` (user), `k` (kernel) and `h` (hypervisor)"
+            ),
         ));
     }
     if fixed_domain {
-        return Err(malformed(event, format!("this PMU counts every privilege level and cannot honour `:{mods}`; drop the modifier")));
+        return Err(malformed(
+            event,
+            format!("this PMU counts every privilege level and cannot honour `:{mods}`; drop the modifier"),
+        ));
     }
-    attr.domain(Domain { user: mods.contains('u'), kernel: mods.contains('k'), hypervisor: mods.contains('h') });
+    attr.domain(Domain {
+        user: mods.contains('u'),
+        kernel: mods.contains('k'),
+        hypervisor: mods.contains('h'),
+    });
     Ok(())
 }
 
@@ -760,7 +894,9 @@ fn parse_cache(event: &str, base: &str) -> Result<Option<u64>> {
     let Some((cache, len)) = CACHE_TYPES
         .iter()
         .flat_map(|(names, c)| names.iter().map(move |n| (*c, n.len(), n.to_ascii_lowercase())))
-        .filter(|(_, len, n)| lower.starts_with(n.as_str()) && (lower.len() == *len || lower.as_bytes()[*len] == b'-'))
+        .filter(|(_, len, n)| {
+            lower.starts_with(n.as_str()) && (lower.len() == *len || lower.as_bytes()[*len] == b'-')
+        })
         .max_by_key(|(_, len, _)| *len)
         .map(|(c, len, _)| (c, len))
     else {
@@ -785,7 +921,10 @@ fn parse_cache(event: &str, base: &str) -> Result<Option<u64>> {
             _ => first.to_string(),
         };
         let find = |table: &[(&[&str], u64)]| {
-            table.iter().find(|(names, _)| names.iter().any(|n| n.eq_ignore_ascii_case(&word))).map(|(_, v)| *v)
+            table
+                .iter()
+                .find(|(names, _)| names.iter().any(|n| n.eq_ignore_ascii_case(&word)))
+                .map(|(_, v)| *v)
         };
         if op.is_none()
             && let Some(o) = find(CACHE_OPS)
@@ -802,7 +941,8 @@ fn parse_cache(event: &str, base: &str) -> Result<Option<u64>> {
     let op = op.unwrap_or(b::PERF_COUNT_HW_CACHE_OP_READ as u64);
     let result = result.unwrap_or(b::PERF_COUNT_HW_CACHE_RESULT_ACCESS as u64);
     if !cache_op_valid(cache, op) {
-        let (cname, _) = CACHE_TYPES.iter().find(|(_, c)| *c == cache).map(|(n, c)| (n[0], c)).unwrap_or(("?", &0));
+        let (cname, _) =
+            CACHE_TYPES.iter().find(|(_, c)| *c == cache).map(|(n, c)| (n[0], c)).unwrap_or(("?", &0));
         let oname = CACHE_OPS.iter().find(|(_, o)| *o == op).map(|(n, _)| n[0]).unwrap_or("?");
         return Err(malformed(event, format!("{cname} has no `{oname}` operation in perf's cache events")));
     }
@@ -821,13 +961,17 @@ fn list_dirs(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Every `subsystem:name` under a tracefs root, sorted.
+/// Every `subsystem:name` under a tracefs root that perf can open (has an
+/// `id`; ftrace's internal events do not), sorted.
 pub(crate) fn tracepoint_names(root: &Path) -> Vec<String> {
     let events = root.join("events");
     let mut out = Vec::new();
     for sys in list_dirs(&events) {
-        for tp in list_dirs(&events.join(&sys)) {
-            out.push(format!("{sys}:{tp}"));
+        let dir = events.join(&sys);
+        for tp in list_dirs(&dir) {
+            if dir.join(&tp).join("id").exists() {
+                out.push(format!("{sys}:{tp}"));
+            }
         }
     }
     out.sort();
@@ -837,18 +981,23 @@ pub(crate) fn tracepoint_names(root: &Path) -> Vec<String> {
 /// The run-time address of function `target` (`name[+OFF]`) of this executable.
 fn self_symbol_address(event: &str, target: &str) -> Result<u64> {
     let (symbol, offset) = match target.split_once('+') {
-        Some((s, o)) => (s, parse_number(o).ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?),
+        Some((s, o)) => {
+            (s, parse_number(o).ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?)
+        }
         None => (target, 0),
     };
-    let exe = fs::read_link("/proc/self/exe").map_err(|source| Error::Io { path: "/proc/self/exe".into(), source })?;
+    let exe = fs::read_link("/proc/self/exe")
+        .map_err(|source| Error::Io { path: "/proc/self/exe".into(), source })?;
     let elf = ElfFile::open(&exe)?;
     let sym = elf.lookup_function(symbol)?;
     let maps_path = Path::new("/proc/self/maps");
-    let maps = fs::read_to_string(maps_path).map_err(|source| Error::Io { path: maps_path.into(), source })?;
+    let maps =
+        fs::read_to_string(maps_path).map_err(|source| Error::Io { path: maps_path.into(), source })?;
     let exe_text = exe.to_string_lossy();
     for line in maps.lines() {
         let mut f = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode)) = (f.next(), f.next(), f.next(), f.next(), f.next())
+        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode)) =
+            (f.next(), f.next(), f.next(), f.next(), f.next())
         else {
             continue;
         };
@@ -864,7 +1013,10 @@ fn self_symbol_address(event: &str, target: &str) -> Result<u64> {
             return Ok(bias.wrapping_add(sym.address).wrapping_add(offset));
         }
     }
-    Err(Error::Elf { path: exe, reason: "not found in /proc/self/maps, so its load address is unknown".into() })
+    Err(Error::Elf {
+        path: exe,
+        reason: "not found in /proc/self/maps, so its load address is unknown".into(),
+    })
 }
 
 #[cfg(test)]

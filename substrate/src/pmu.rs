@@ -5,13 +5,14 @@
 //!
 //! The root directory (normally `/sys/bus/event_source/devices`) is a
 //! parameter so tests can run on fixture trees of machines they are not on.
-//! Nothing here panics on odd sysfs contents: a PMU directory that cannot be
-//! read is an error, an unparsable format or event file is kept out of the
-//! set and reported in [`PmuSet::skipped`].
+//! Nothing here panics on odd sysfs contents: only an unreadable root is an
+//! error; a PMU, format field or event that cannot be read or parsed is kept
+//! out of the set and reported, with the reason, in [`PmuSet::skipped`].
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::attr::{Domain, Kind};
 use crate::error::{Error, Result};
 
 /// Where Linux lists its perf PMUs.
@@ -180,19 +181,13 @@ impl Pmu {
         matches!(self.name.as_str(), "cpu" | "cpu_core" | "cpu_atom") || self.name.starts_with("armv")
     }
 
-    /// Whether the PMU counts the whole machine and refuses exclude bits
-    /// (msr, RAPL, C-states, uncore): its events count every privilege level.
+    /// Whether the PMU cannot exclude a privilege mode (msr, RAPL, C-states,
+    /// uncore): the kernel refuses any `exclude_*` bit on its events.
     ///
-    /// sysfs does not publish the kernel's `PERF_PMU_CAP_NO_EXCLUDE`, so this
-    /// is papirus' list of the PMUs known to set it, plus any with a cpumask
-    /// (system-wide PMUs publish one; core PMUs do not).
+    /// sysfs does not publish the kernel's `PERF_PMU_CAP_NO_EXCLUDE`; this
+    /// follows the list of [`Domain::default_for`].
     pub fn counts_all_domains(&self) -> bool {
-        const NO_EXCLUDE: [&str; 6] = ["msr", "power", "cstate_core", "cstate_pkg", "amd_df", "amd_l3"];
-        NO_EXCLUDE.contains(&self.name.as_str())
-            || self.name.starts_with("uncore")
-            || self.name.starts_with("amd_umc")
-            || self.name.starts_with("amd_iommu")
-            || (self.cpumask.is_some() && !self.is_core())
+        Domain::default_for(Kind::Dynamic, &self.name, 0) == Domain::ALL
     }
 }
 
@@ -400,7 +395,16 @@ mod tests {
 
     #[test]
     fn format_garbage_is_an_error_not_a_panic() {
-        for bad in ["", "config", "config:", "config:8-4", "config:0-64", "confug:0-7", "config:a-b", "config:0-63,0-1"] {
+        for bad in [
+            "",
+            "config",
+            "config:",
+            "config:8-4",
+            "config:0-64",
+            "confug:0-7",
+            "config:a-b",
+            "config:0-63,0-1",
+        ] {
             assert!(FormatField::parse("x", bad).is_err(), "`{bad}` accepted");
         }
     }
@@ -433,7 +437,10 @@ mod tests {
         assert_eq!(f("in_tx_cp").ranges, vec![(33, 33)]);
         assert_eq!((f("ldlat").word, f("ldlat").ranges.clone()), (ConfigWord::Config1, vec![(0, 15)]));
         assert_eq!(f("frontend").ranges, vec![(0, 23)]);
-        assert_eq!((f("offcore_rsp").word, f("offcore_rsp").ranges.clone()), (ConfigWord::Config1, vec![(0, 63)]));
+        assert_eq!(
+            (f("offcore_rsp").word, f("offcore_rsp").ranges.clone()),
+            (ConfigWord::Config1, vec![(0, 63)])
+        );
         assert_eq!(cpu.alias("cpu-cycles").unwrap().terms, "event=0x3c");
         assert_eq!(cpu.alias("instructions").unwrap().terms, "event=0xc0");
         assert_eq!(cpu.alias("cache-misses").unwrap().terms, "event=0x2e,umask=0x41");
@@ -449,7 +456,7 @@ mod tests {
         let pkg = power.alias("energy-pkg").unwrap();
         assert_eq!(pkg.terms, "event=0x02");
         assert_eq!(pkg.unit.as_deref(), Some("Joules"));
-        assert!((pkg.scale - 2.3283064365386962890625e-10).abs() < 1e-20);
+        assert_eq!(pkg.scale, 2f64.powi(-32), "RAPL energy unit");
     }
 
     #[test]
@@ -499,7 +506,9 @@ mod tests {
         }
         match set.get("msr") {
             Some(msr) => {
-                assert!(msr.alias("tsc").is_some(), "msr PMU without tsc: {msr:?}");
+                // The x86 msr driver: format event=config:0-63, tsc is event 0.
+                assert_eq!(msr.alias("tsc").map(|a| a.terms.as_str()), Some("event=0x00"), "{msr:?}");
+                assert_eq!(msr.format("event").map(|f| f.ranges.clone()), Some(vec![(0, 63)]));
                 assert!(msr.counts_all_domains());
             }
             None => println!("no msr PMU on this machine"),
