@@ -20,6 +20,7 @@
 //!   [`virt_nsec`], [`virt_usec`].
 #![deny(unsafe_code)]
 
+pub mod avail;
 pub mod derived;
 pub mod error;
 pub mod eventset;

@@ -38,8 +38,6 @@ struct State {
     /// (enabled, running) per group leader id; default (0, 0).
     times: HashMap<u64, (u64, u64)>,
     counters: usize,
-    /// Whether each leader is enabled.
-    pub enabled: HashMap<u64, bool>,
     fail_open: Option<(u64, Errno)>,
     ioctls: Vec<Ioctl>,
 }
@@ -161,17 +159,8 @@ impl Sys for MockKernel {
 
     fn ioctl(&self, fd: BorrowedFd<'_>, op: Ioctl) -> Result<(), Errno> {
         let mut st = self.st();
-        let id = self.id_of(&st, fd)?;
+        self.id_of(&st, fd)?;
         st.ioctls.push(op);
-        match op {
-            Ioctl::Enable { .. } => {
-                st.enabled.insert(id, true);
-            }
-            Ioctl::Disable { .. } => {
-                st.enabled.insert(id, false);
-            }
-            _ => {}
-        }
         Ok(())
     }
 

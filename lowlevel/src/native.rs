@@ -70,7 +70,14 @@ pub struct Resolved {
 pub fn resolve(name: &str) -> Result<Resolved> {
     let parser = names::default_parser()?;
     match parser.parse_full(name) {
-        Ok(parsed) => Ok(Resolved { code: code_of(name), name: name.trim().to_string(), parsed }),
+        Ok(mut parsed) => {
+            if !has_modifier(name) {
+                // Scheduler software events and msr-like PMUs count nothing (or
+                // refuse to open) in user space only.
+                parsed.attr.default_domain(&parsed.pmu);
+            }
+            Ok(Resolved { code: code_of(name), name: name.trim().to_string(), parsed })
+        }
         Err(papirus_substrate::Error::UnknownEvent { name, mut suggestions }) => {
             let near = closest_presets(&name, 2);
             if name.to_ascii_uppercase().starts_with("PAPI_") {
@@ -85,10 +92,40 @@ pub fn resolve(name: &str) -> Result<Resolved> {
     }
 }
 
+/// Whether `name` ends with perf modifiers (`:u`, `:uk`, `/k`).
+fn has_modifier(name: &str) -> bool {
+    let name = name.trim();
+    let tail = match (name.rfind(':'), name.rfind('/')) {
+        (Some(c), Some(s)) => &name[c.max(s) + 1..],
+        (Some(c), None) => &name[c + 1..],
+        (None, Some(s)) => &name[s + 1..],
+        (None, None) => return false,
+    };
+    !tail.is_empty() && tail.chars().all(|c| "ukhGHIpPSDWebR".contains(c))
+}
+
 /// Resolves the native event with code `code`.
 pub fn resolve_code(code: u32) -> Result<Resolved> {
     let name = name_of(code).ok_or(Error::NoSuchCode { code })?;
     resolve(&name)
+}
+
+/// Splits a comma-separated event list as `perf stat -e` takes it: commas
+/// inside `pmu/…/` terms do not split.
+pub fn split_list(list: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), false);
+    for ch in list.chars() {
+        match ch {
+            '/' => {
+                depth = !depth;
+                cur.push(ch);
+            }
+            ',' if !depth => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(ch),
+        }
+    }
+    out.push(cur);
+    out.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
 }
 
 /// Up to `n` preset names close to `name` (edit distance), best first.
@@ -128,6 +165,10 @@ pub struct NativeEvent {
     pub kind: Kind,
     /// What it counts.
     pub description: String,
+    /// The unit of its scaled value (sysfs `.unit`), if any.
+    pub unit: Option<String>,
+    /// Multiply a count by this to get `unit` (sysfs `.scale`; 1 otherwise).
+    pub scale: f64,
 }
 
 /// Every native event the machine offers (perf's tables, sysfs PMU events,
@@ -138,13 +179,19 @@ pub fn enumerate() -> Result<Vec<NativeEvent>> {
     Ok(cat
         .events()
         .iter()
-        .map(|e| NativeEvent {
-            code: code_of(&e.name),
-            name: e.name.clone(),
-            aliases: e.aliases.clone(),
-            pmu: e.pmu.clone(),
-            kind: e.kind,
-            description: e.description.clone(),
+        .map(|e| {
+            // Tracepoints have no unit; parsing each would read thousands of id files.
+            let parsed = (e.kind != Kind::Tracepoint).then(|| parser.parse_full(&e.name).ok()).flatten();
+            NativeEvent {
+                code: code_of(&e.name),
+                name: e.name.clone(),
+                aliases: e.aliases.clone(),
+                pmu: e.pmu.clone(),
+                kind: e.kind,
+                description: e.description.clone(),
+                unit: parsed.as_ref().and_then(|p| p.unit.clone()),
+                scale: parsed.map_or(1.0, |p| p.scale),
+            }
         })
         .collect())
 }
@@ -172,6 +219,29 @@ mod tests {
         assert_eq!(name_of(b).as_deref(), Some("page-faults"));
         assert_eq!(name_of(NATIVE_MASK | 0x3fff_fff0), None);
         assert_eq!(name_of(0x8000_0001), None, "a preset code is not native");
+    }
+
+    #[test]
+    fn modifiers_are_recognised() {
+        assert!(has_modifier("cycles:u") && has_modifier("cpu/event=0x3c/uk") && has_modifier("cs:k"));
+        assert!(
+            !has_modifier("task-clock")
+                && !has_modifier("msr/tsc/")
+                && !has_modifier("syscalls:sys_enter_write")
+        );
+        assert!(!has_modifier("mem:0x401126:x"));
+        // Without a modifier, scheduler events count every domain (user only would count 0).
+        let cs = resolve("context-switches").unwrap();
+        assert_eq!(cs.parsed.attr.domain_value(), papirus_substrate::Domain::ALL);
+        assert_eq!(resolve("cs:u").unwrap().parsed.attr.domain_value(), papirus_substrate::Domain::USER);
+    }
+
+    #[test]
+    fn event_lists_split_outside_pmu_terms() {
+        assert_eq!(
+            split_list("task-clock, cpu/event=0x3c,umask=0x00/u,msr/tsc/,,PAPI_TOT_INS"),
+            vec!["task-clock", "cpu/event=0x3c,umask=0x00/u", "msr/tsc/", "PAPI_TOT_INS"]
+        );
     }
 
     #[test]

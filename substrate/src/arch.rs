@@ -76,7 +76,10 @@ pub struct Cpuid {
 /// `cpuid` of `leaf`/`subleaf`. Leaves above the CPU's maximum return
 /// whatever the CPU returns for them (check the maximum leaf first).
 pub fn cpuid(leaf: u32, subleaf: u32) -> Cpuid {
-    let r = std::arch::x86_64::__cpuid_count(leaf, subleaf);
+    // A safe fn on recent compilers, unsafe on older ones within the MSRV.
+    #[allow(unused_unsafe)]
+    // SAFETY: cpuid exists on every x86-64 CPU and only writes registers.
+    let r = unsafe { std::arch::x86_64::__cpuid_count(leaf, subleaf) };
     Cpuid { eax: r.eax, ebx: r.ebx, ecx: r.ecx, edx: r.edx }
 }
 

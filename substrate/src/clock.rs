@@ -180,6 +180,12 @@ pub fn clock() -> &'static Clock {
     CLOCK.get_or_init(Clock::new)
 }
 
+// The process-wide clock is shared by every thread.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Clock>();
+};
+
 struct Conv {
     mult: u64,
     shift: u32,
@@ -201,7 +207,7 @@ impl Clock {
         if let Err(reason) = check.verdict() {
             return Clock::monotonic(reason, check);
         }
-        let conv = kernel_conversion()
+        let conv = kernel_conversion(&*sys::kernel())
             .or_else(cpuid_frequency)
             .or_else(hypervisor_frequency)
             .or_else(|| calibrate().map(|hz| from_hz(hz, TscMethod::Calibrated)));
@@ -328,8 +334,7 @@ fn from_hz(hz: f64, method: TscMethod) -> Conv {
 }
 
 /// The kernel's conversion from a perf page of a dummy event on this thread.
-fn kernel_conversion() -> Option<Conv> {
-    let k = sys::kernel();
+fn kernel_conversion(k: &dyn sys::Sys) -> Option<Conv> {
     let mut attr = b::perf_event_attr {
         type_: b::PERF_TYPE_SOFTWARE,
         size: std::mem::size_of::<b::perf_event_attr>() as u32,
@@ -448,6 +453,58 @@ mod tests {
         let ten_h = 2_596_120_000u64 * 36_000;
         let ns = mul_shift(ten_h, c.mult, c.shift);
         assert!(ns.abs_diff(36_000_000_000_000) < 40_000, "{ns}");
+    }
+
+    #[test]
+    fn kernel_page_conversion_is_taken_verbatim() {
+        use crate::mmap::{Caps, Mapping, PageImage, TimeConv};
+        use crate::sys::{Errno, Ioctl, Sys, perf_event_attr};
+        use std::os::fd::{BorrowedFd, OwnedFd};
+        use std::sync::Arc;
+
+        #[derive(Debug)]
+        struct PageKernel(Arc<PageImage>);
+        impl Sys for PageKernel {
+            fn perf_event_open(
+                &self,
+                _: &mut perf_event_attr,
+                _: i32,
+                _: i32,
+                _: Option<BorrowedFd<'_>>,
+                _: u64,
+            ) -> Result<OwnedFd, Errno> {
+                std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
+            }
+            fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
+                Ok(())
+            }
+            fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
+                Ok(1)
+            }
+            fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
+                Ok(0)
+            }
+            fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<Mapping, Errno> {
+                Ok(Mapping::from_image(self.0.clone()))
+            }
+        }
+
+        let img = PageImage::new();
+        // A 3 GHz TSC as the kernel publishes it: mult/2^shift = 1/3 ns.
+        let conv = TimeConv { shift: 31, mult: 715_827_883, zero: 1_000_000, ..TimeConv::default() };
+        img.set_time_conv(conv);
+        img.bump_lock(2);
+        // Without cap_user_time_zero the page is not used.
+        assert!(kernel_conversion(&PageKernel(img.clone())).is_none());
+        img.set_caps(Caps { user_time: true, user_time_zero: true, ..Caps::default() });
+        img.bump_lock(2);
+        let c = kernel_conversion(&PageKernel(img)).expect("page offers the conversion");
+        assert_eq!(c.method, TscMethod::KernelPage);
+        assert_eq!((c.mult, c.shift, c.offset), (715_827_883, 31, Some(1_000_000)));
+        assert!((c.hz - 3e9).abs() < 10.0, "{}", c.hz);
+        // 3e9 ticks are one second after time_zero.
+        let ns = mul_shift(3_000_000_000, c.mult, c.shift).wrapping_add(1_000_000);
+        assert!(ns.abs_diff(1_001_000_000) <= 1, "{ns}");
     }
 
     #[test]

@@ -25,11 +25,11 @@ use perf_event_open_sys::bindings as b;
 use serde::Serialize;
 
 use crate::attr::EventAttr;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::event::{Count, Counter, Target};
 use crate::group::{Group, GroupCounts, Member};
 use crate::mmap::{Mapping, NativeCpu, page_size};
-use crate::sys::{self, Sys};
+use crate::sys::{self, Errno, Sys};
 use crate::vclock::Hybrid;
 
 /// How one read obtained its values.
@@ -69,7 +69,12 @@ fn is_time_event(attr: &EventAttr) -> bool {
 }
 
 /// Decides a member's path from its description, target and mapped page.
-fn classify(attr: &EventAttr, target: Target, page: Option<&Mapping>, hybrid_ok: bool) -> UserPath {
+fn classify(
+    attr: &EventAttr,
+    target: Target,
+    page: &std::result::Result<Mapping, Errno>,
+    hybrid_ok: bool,
+) -> UserPath {
     let none = |reason: String| UserPath::None { reason };
     if target != Target::ThisThread {
         return none(format!(
@@ -79,8 +84,9 @@ fn classify(attr: &EventAttr, target: Target, page: Option<&Mapping>, hybrid_ok:
     if attr.inherit_value() {
         return none("inherited events also count children, which the page does not show".into());
     }
-    let Some(page) = page else {
-        return none("the event's page could not be mapped".into());
+    let page = match page {
+        Ok(p) => p,
+        Err(e) => return none(format!("the event's page could not be mapped: {e}")),
     };
     let Some(r) = page.read(&NativeCpu, true) else {
         return none("the page's seqlock never settled".into());
@@ -100,8 +106,8 @@ fn classify(attr: &EventAttr, target: Target, page: Option<&Mapping>, hybrid_ok:
     }
 }
 
-fn map(sys: &dyn Sys, fd: std::os::fd::BorrowedFd<'_>) -> Option<Mapping> {
-    sys.mmap(fd, page_size()).ok()
+fn map(sys: &dyn Sys, fd: std::os::fd::BorrowedFd<'_>) -> std::result::Result<Mapping, Errno> {
+    sys.mmap(fd, page_size())
 }
 
 /// Reads one member from its page. `None`: no exact value right now.
@@ -163,10 +169,10 @@ impl MappedCounter {
         let counter = attr.open_with(sys.clone(), target)?;
         let page = map(&*sys, counter.as_fd());
         let hybrid = Hybrid::new();
-        let path = classify(attr, target, page.as_ref(), hybrid.is_some());
+        let path = classify(attr, target, &page, hybrid.is_some());
         Ok(MappedCounter {
             counter,
-            page,
+            page: page.ok(),
             hybrid: if path == UserPath::Hybrid { hybrid } else { None },
             path,
             base: Cell::new(Count::default()),
@@ -249,22 +255,28 @@ impl MappedGroup {
         MappedGroup::open_with(sys::kernel(), attrs, target)
     }
 
-    /// Like [`open`](Self::open), through `sys`.
-    ///
-    /// # Panics
-    ///
-    /// If `attrs` is empty (a group needs a leader).
+    /// Like [`open`](Self::open), through `sys`. An empty `attrs` is
+    /// [`Error::Malformed`]: a group needs a leader.
     pub fn open_with(sys: Arc<dyn Sys>, attrs: &[EventAttr], target: Target) -> Result<MappedGroup> {
-        let mut group = Group::open_with(sys.clone(), &attrs[0], target)?;
-        for a in &attrs[1..] {
+        let Some((leader, rest)) = attrs.split_first() else {
+            return Err(Error::Malformed {
+                event: String::new(),
+                reason: "a group needs at least one event".into(),
+            });
+        };
+        let mut group = Group::open_with(sys.clone(), leader, target)?;
+        for a in rest {
             group.add(a)?;
         }
         let members: Vec<Member> = group.members().collect();
-        let pages: Vec<Option<Mapping>> =
-            members.iter().map(|m| group.fd(m).and_then(|fd| map(&*sys, fd))).collect();
+        let mapped: Vec<std::result::Result<Mapping, Errno>> = members
+            .iter()
+            .map(|m| group.fd(m).map_or(Err(Errno(libc::EBADF)), |fd| map(&*sys, fd)))
+            .collect();
         let tsc_ok = Hybrid::new().is_some();
         let paths: Vec<UserPath> =
-            attrs.iter().zip(&pages).map(|(a, p)| classify(a, target, p.as_ref(), tsc_ok)).collect();
+            attrs.iter().zip(&mapped).map(|(a, p)| classify(a, target, p, tsc_ok)).collect();
+        let pages: Vec<Option<Mapping>> = mapped.into_iter().map(|p| p.ok()).collect();
         let hybrid = paths.contains(&UserPath::Hybrid).then(Hybrid::new).flatten();
         Ok(MappedGroup {
             group,
@@ -326,14 +338,11 @@ impl MappedGroup {
         Ok(())
     }
 
-    /// Reads every member into `out` (indexed by `Member::index`, at least
-    /// [`members`](Self::members)`.len()` long) and says how.
-    ///
-    /// # Panics
-    ///
-    /// If `out` is shorter than the group.
-    pub fn read_into(&self, out: &mut [Count]) -> Result<ReadPath> {
-        let out = &mut out[..self.members.len()];
+    /// Reads every member into `out` (indexed by `Member::index`; resized
+    /// to the group, so it allocates only on first use) and says how.
+    pub fn read_into(&self, out: &mut Vec<Count>) -> Result<ReadPath> {
+        out.resize(self.members.len(), Count::default());
+        let out = out.as_mut_slice();
         if !self.enabled.get() || !self.user_space() {
             self.syscall(out)?;
             return Ok(ReadPath::Syscall);
@@ -373,7 +382,7 @@ mod tests {
     use super::*;
     use crate::attr::Kind;
     use crate::mmap::{Caps, PageImage};
-    use crate::sys::{Errno, Ioctl, perf_event_attr};
+    use crate::sys::{Ioctl, perf_event_attr};
     use std::os::fd::{BorrowedFd, OwnedFd};
     use std::sync::Mutex;
 
@@ -423,6 +432,12 @@ mod tests {
             let imgs = self.images.lock().unwrap();
             Ok(Mapping::from_image(imgs.last().unwrap().clone()))
         }
+    }
+
+    #[test]
+    fn an_empty_group_is_an_error_not_a_panic() {
+        let r = MappedGroup::open_with(Arc::new(RdpmcKernel::default()), &[], Target::ThisThread);
+        assert!(matches!(r, Err(Error::Malformed { .. })), "{r:?}");
     }
 
     fn raw_event() -> EventAttr {

@@ -2,8 +2,8 @@
 //!
 //! The only crate of papirus that talks to `perf_event_open(2)`, its ioctls
 //! and mmap'd pages, the TSC, and sysfs. Everything unsafe lives in
-//! [`sys`] (syscalls) and the modules that map kernel pages; the rest is
-//! safe Rust.
+//! [`sys`] (syscalls), [`mmap`] (kernel pages) and [`arch`] (rdtsc, cpuid,
+//! rdpmc); the rest is safe Rust.
 #![deny(unsafe_code)]
 
 pub mod arch;

@@ -238,6 +238,13 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above; all reads are atomic loads.
 unsafe impl Sync for Mapping {}
 
+// Both are shared with other threads (a group's pages, a test's writer).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Mapping>();
+    send_sync::<PageImage>();
+};
+
 impl std::fmt::Debug for Mapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.backing {
