@@ -14,6 +14,7 @@
 //! - The vDSO is not a file and is not listed.
 
 pub mod demangle;
+pub mod deps;
 pub mod patchable;
 
 use std::collections::HashMap;
@@ -56,6 +57,12 @@ pub enum InventoryError {
         /// The I/O error.
         #[source]
         source: std::io::Error,
+    },
+    /// A file without any function symbol: no `.symtab` and no `.dynsym` functions.
+    #[error("{}: no function symbols: no .symtab (stripped) and no function exported in .dynsym; no function can be named; use an unstripped build", .path.display())]
+    NoSymbols {
+        /// The file.
+        path: PathBuf,
     },
     /// A process without any mapped ELF file: a kernel thread, or a zombie.
     #[error("process {pid} maps no executable file (a kernel thread or a zombie?): nothing to list")]
@@ -249,17 +256,49 @@ pub struct Inventory {
     pub pid: Option<i32>,
     /// Modules in address order (the main program first when not loaded).
     pub modules: Vec<Module>,
+    /// Modules left out, each with the reason: needed shared objects not
+    /// found (`name (needed by path)`), mapped files that could not be read.
+    pub unresolved: Vec<String>,
 }
 
 impl Inventory {
     /// The inventory of one file, not loaded: bias 0, link-time addresses.
     ///
-    /// `program` is a path, or a bare name searched on `PATH` like a shell does.
+    /// `program` is a path, or a bare name searched on `PATH` like a shell
+    /// does. A file without any function symbol is an error
+    /// ([`InventoryError::NoSymbols`]): there would be nothing to list or probe.
     pub fn of_file(program: impl AsRef<Path>) -> crate::Result<Inventory> {
         let path = resolve_program(program.as_ref())?;
         let elf = Arc::new(ElfFile::open(&path)?);
+        if elf.functions().next().is_none() {
+            return Err(InventoryError::NoSymbols { path }.into());
+        }
         let is_main = elf.kind() != ElfKind::SharedObject;
-        Ok(Inventory { pid: None, modules: vec![Module::new(elf, path, 0, None, is_main)] })
+        Ok(Inventory {
+            pid: None,
+            modules: vec![Module::new(elf, path, 0, None, is_main)],
+            unresolved: Vec::new(),
+        })
+    }
+
+    /// The inventory of one file and every shared object it needs, found as
+    /// the dynamic loader would (see [`deps`]); none is loaded, so all
+    /// addresses are link-time addresses.
+    pub fn of_file_with_deps(program: impl AsRef<Path>) -> crate::Result<Inventory> {
+        let mut inv = Self::of_file(program)?;
+        let main = inv.modules[0].elf.clone();
+        let main_path = inv.modules[0].path.clone();
+        for dep in deps::resolve(&main, &main_path) {
+            match dep {
+                deps::Dependency::Found { path, elf, .. } => {
+                    inv.modules.push(Module::new(elf, path, 0, None, false))
+                }
+                deps::Dependency::Missing { name, needed_by } => {
+                    inv.unresolved.push(format!("{name} (needed by {}): not found", needed_by.display()));
+                }
+            }
+        }
+        Ok(inv)
     }
 
     /// The inventory of running process `pid`: its executable and every
@@ -273,24 +312,34 @@ impl Inventory {
             Err(source) => return Err(InventoryError::Maps { pid, source }.into()),
         };
         let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-        let mut modules = Vec::new();
+        let (mut modules, mut unresolved) = (Vec::new(), Vec::new());
         for group in group_by_file(&mappings) {
             if !group.iter().any(|m| m.perms.exec) {
                 continue;
             }
             let first = group[0];
-            let Some(elf) = open_mapped(pid, first, group.iter().find(|m| m.perms.exec).copied())? else {
+            // One unreadable or malformed module must not hide the others.
+            let elf = match open_mapped(pid, first, group.iter().find(|m| m.perms.exec).copied()) {
+                Ok(Some(elf)) => elf,
+                Ok(None) => continue,
+                Err(e) => {
+                    unresolved.push(e.to_string());
+                    continue;
+                }
+            };
+            let Some(bias) = elf.load_bias(first.start, first.offset) else {
+                unresolved
+                    .push(format!("{}: no PT_LOAD segment maps file offset {:#x}", first.name, first.offset));
                 continue;
             };
-            let Some(bias) = elf.load_bias(first.start, first.offset) else { continue };
             let name = PathBuf::from(&first.name);
             let is_main = exe.as_ref().is_some_and(|e| *e == name);
             modules.push(Module::new(Arc::new(elf), name, bias, Some(first.start), is_main));
         }
-        if modules.is_empty() {
+        if modules.is_empty() && unresolved.is_empty() {
             return Err(InventoryError::NoModules { pid }.into());
         }
-        Ok(Inventory { pid: Some(pid), modules })
+        Ok(Inventory { pid: Some(pid), modules, unresolved })
     }
 
     /// The main program's module.

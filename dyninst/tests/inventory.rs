@@ -349,6 +349,11 @@ fn running_process_addresses_match() {
         modules.iter().find(|m| m["path"].as_str().unwrap().contains("libc.so")).expect("libc is listed");
     assert_eq!(addr_of(libc, "puts"), Some(printed("puts")), "libc's puts at its run-time address");
     assert_eq!(libc["is_main"], false);
+    let inv = Inventory::of_process(child.0.id() as i32).unwrap();
+    let libc = inv.module("libc.so.6").expect("found by basename");
+    assert_eq!(libc.elf().soname(), Some("libc.so.6"));
+    assert_eq!(libc.function("puts").map(|f| f.address), Some(printed("puts")));
+    assert_eq!(inv.function_at(printed("puts")).map(|(m, _)| m.basename()), Some("libc.so.6".to_string()));
 
     // --module selects by basename; the table names the module and its bias.
     let table = String::from_utf8(probe(&["list", "--pid", &pid, "--module", "waiter", "-f", "main"]).stdout)
@@ -360,6 +365,76 @@ fn running_process_addresses_match() {
     drop(child.0.stdin.take());
     let status = child.0.wait().unwrap();
     assert!(status.success(), "the listed process ran on unharmed: {status}");
+}
+
+/// `list --libs`: the shared objects a program needs, as `ldd` finds them,
+/// including one found through `$ORIGIN` in RUNPATH; a missing one is reported.
+#[test]
+fn needed_libraries_match_ldd() {
+    let dir = Scratch::new("libs");
+    std::fs::create_dir_all(dir.path("lib")).unwrap();
+    let lib_src = dir.path("shapes_lib.c");
+    std::fs::write(&lib_src, "int papirus_lib_fn(int x) { return x * 7; }\n").unwrap();
+    let lib = dir.path("lib/libpapirus_t.so");
+    // The library itself needs libm: a dependency found transitively.
+    match Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&lib)
+        .arg(&lib_src)
+        .args(["-Wl,--no-as-needed", "-lm"])
+        .status()
+    {
+        Ok(s) => assert!(s.success()),
+        Err(e) => {
+            eprintln!("skipping: cannot run gcc: {e}");
+            return;
+        }
+    }
+    let main_src = dir.path("uses_lib.c");
+    std::fs::write(&main_src, "int papirus_lib_fn(int);\nint main(int c, char **v) { (void)v; return papirus_lib_fn(c) == 7 ? 0 : 1; }\n").unwrap();
+    let exe = dir.path("uses_lib");
+    // Libraries after the source, or the linker drops them.
+    let status = Command::new("gcc")
+        .arg(&main_src)
+        .arg("-o")
+        .arg(&exe)
+        .args(["-Wl,--no-as-needed", "-Wl,-rpath,$ORIGIN/lib", "-L"])
+        .arg(dir.path("lib"))
+        .arg("-lpapirus_t")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let Some(ldd) = tool("ldd", &[], &exe) else { return };
+    let canon = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let expected: BTreeSet<PathBuf> = ldd
+        .lines()
+        .filter_map(|l| {
+            let l = l.trim();
+            let path = match l.split_once(" => ") {
+                Some((_, rest)) => rest.split(" (").next()?,
+                None => l.split(" (").next().filter(|p| p.starts_with('/'))?,
+            };
+            Some(canon(path))
+        })
+        .collect();
+    assert!(expected.contains(&canon(lib.to_str().unwrap())), "ldd: {ldd}");
+    assert!(expected.iter().any(|p| p.to_string_lossy().contains("libm.so")), "ldd: {ldd}");
+
+    let v = list_json(&[exe.to_str().unwrap(), "--libs"]);
+    assert_eq!(v["unresolved"].as_array().unwrap().len(), 0, "{}", v["unresolved"]);
+    let modules = v["modules"].as_array().unwrap();
+    assert_eq!(modules[0]["is_main"], true);
+    let got: BTreeSet<PathBuf> = modules[1..].iter().map(|m| canon(m["path"].as_str().unwrap())).collect();
+    assert_eq!(got, expected, "list --libs vs ldd");
+    let own = modules.iter().find(|m| m["path"].as_str().unwrap().ends_with("libpapirus_t.so")).unwrap();
+    assert!(own["functions"].as_array().unwrap().iter().any(|f| f["name"] == "papirus_lib_fn"));
+
+    // Without the library, it is reported and the rest still listed.
+    std::fs::remove_file(&lib).unwrap();
+    let out = probe(&["list", exe.to_str().unwrap(), "--libs", "--module", "libc"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("libpapirus_t.so (needed by") && err.contains("not found"), "{err}");
 }
 
 /// A position-dependent executable (bias 0) whose file was deleted while
@@ -477,7 +552,20 @@ fn bad_input_is_a_clear_error() {
     assert!(stat().contains(") Z "), "child did not become a zombie: {}", stat());
     fails_with(&["list", "--pid", &pid.to_string()], "kernel thread or a zombie");
     let _ = zombie.0.wait();
-    fails_with(&["list", "/bin/sh", "--module", "nomatch"], "no module matches `nomatch`");
+    let me = std::env::current_exe().unwrap();
+    fails_with(&["list", me.to_str().unwrap(), "--module", "nomatch"], "no module matches `nomatch`");
+    // A stripped static executable has neither .symtab nor .dynsym.
+    let src = dir.path("static.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let exe = dir.path("static");
+    match Command::new("gcc").args(["-static", "-s", "-o"]).arg(&exe).arg(&src).output() {
+        Ok(o) if o.status.success() => fails_with(&["list", exe.to_str().unwrap()], "no function symbols"),
+        Ok(o) => eprintln!(
+            "skipping the symbol-less case: no static libc here: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => eprintln!("skipping the symbol-less case: cannot run gcc: {e}"),
+    }
     not_permitted();
     let out = probe(&["list"]);
     assert_eq!(out.status.code(), Some(2), "clap's usage error");

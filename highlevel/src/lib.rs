@@ -5,11 +5,17 @@
 #![deny(unsafe_code)]
 
 pub mod clocks;
+pub mod counters_api;
 pub mod histogram;
 pub mod predicate;
+pub mod rates;
+pub mod region;
+pub mod report;
 pub mod timer;
 
-pub use clocks::{TimeSource, Wall};
+pub use clocks::{ProcessTime, TimeSource, Wall};
 pub use histogram::{Sampler, TimeHistogram};
 pub use predicate::{Expr, Op, Predicate};
+pub use region::{Config, Region, RegionError, region, region_begin, region_end};
+pub use report::{Report, flush};
 pub use timer::{Counter, Timer, TimerError};

@@ -21,7 +21,6 @@ use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
 use papirus_substrate::clock::clock;
 use papirus_substrate::event::{Count, Target};
 use papirus_substrate::fastread::{MappedCounter, MappedGroup};
-use papirus_substrate::group::GroupCounts;
 use papirus_substrate::sys::clock_gettime;
 use papirus_substrate::vclock::{thread_cpu_ns, thread_method};
 use papirus_substrate::{EventAttr, Kind};
@@ -67,7 +66,7 @@ fn benches(c: &mut Criterion) {
             eprintln!("task-clock path: {:?}", tc.path());
             tc.enable().expect("enable task-clock");
             bench(c, "task_clock", "user_space", || tc.read().map(|r| r.0.raw));
-            bench(c, "task_clock", "read_syscall", || tc.counter().read().map(|r| r.raw));
+            bench(c, "task_clock", "read_syscall", || tc.read_syscall().map(|r| r.raw));
         }
         Err(e) => eprintln!("task-clock unavailable here, its benches skipped: {e}"),
     }
@@ -89,8 +88,8 @@ fn benches(c: &mut Criterion) {
             m.enable().expect("enable group");
             let mut out: Vec<Count> = Vec::new();
             bench(c, "group3", "user_space", || g.read_into(&mut out).map(|_| out[0].raw));
-            let mut counts = GroupCounts::default();
-            bench(c, "group3", "read_syscall", || g.group().read_into(&mut counts));
+            let mut counts = Vec::new();
+            bench(c, "group3", "read_syscall", || g.read_syscall(&mut counts));
             bench(c, "group3", "mixed_fallback", || m.read_into(&mut out).map(|_| out[0].raw));
         }
         (Err(e), _) | (_, Err(e)) => {

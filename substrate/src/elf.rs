@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{Dyn as _, FileHeader, ProgramHeader as _, Rela as _, SectionHeader as _, Sym as _};
-use object::{Endianness, FileKind, Object as _, SectionIndex};
+use object::{Endianness, FileKind, Object as _};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -46,13 +46,6 @@ impl std::fmt::Display for ElfKind {
             ElfKind::Relocatable => f.write_str("relocatable object"),
             ElfKind::Other(t) => write!(f, "ELF type {t:#x}"),
         }
-    }
-}
-
-impl ElfKind {
-    /// Whether the loader may place this file anywhere (a non-zero load bias).
-    pub fn is_relocatable_at_load(self) -> bool {
-        matches!(self, ElfKind::PieExecutable | ElfKind::SharedObject)
     }
 }
 
@@ -226,7 +219,11 @@ pub struct ElfFile {
     plt: Vec<PltStub>,
     has_symtab: bool,
     build_id: Option<Vec<u8>>,
+    interpreter: Option<String>,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 impl std::fmt::Debug for ElfFile {
@@ -299,6 +296,26 @@ impl ElfFile {
         self.soname.as_deref()
     }
 
+    /// `DT_NEEDED`: the shared objects this file asks the loader for, in order.
+    pub fn needed(&self) -> &[String] {
+        &self.needed
+    }
+
+    /// `DT_RUNPATH`, unexpanded (`$ORIGIN` left as is).
+    pub fn runpath(&self) -> Option<&str> {
+        self.runpath.as_deref()
+    }
+
+    /// `DT_RPATH` (the older, LD_LIBRARY_PATH-overriding form), unexpanded.
+    pub fn rpath(&self) -> Option<&str> {
+        self.rpath.as_deref()
+    }
+
+    /// `PT_INTERP`: the dynamic loader an executable names.
+    pub fn interpreter(&self) -> Option<&str> {
+        self.interpreter.as_deref()
+    }
+
     /// The GNU build-id note, when present.
     pub fn build_id(&self) -> Option<&[u8]> {
         self.build_id.as_deref()
@@ -355,11 +372,6 @@ impl ElfFile {
         let start = exec.clone().map(|s| s.vaddr).min()?;
         let end = exec.map(|s| s.vaddr + s.mem_size).max()?;
         Some(start..end)
-    }
-
-    /// The lowest `PT_LOAD` address (page-aligned as the loader maps it).
-    pub fn lowest_load_vaddr(&self) -> Option<u64> {
-        self.segments.iter().map(|s| align_down(s.vaddr, s.align)).min()
     }
 
     /// The file offset of link-time address `vaddr`, through the `PT_LOAD`
@@ -471,27 +483,52 @@ fn align_down(x: u64, align: u64) -> u64 {
 }
 
 /// The `n` names closest to `target` by edit distance, ties broken by name.
+///
+/// Cheap on large symbol tables: once `n` candidates are held, a name is
+/// skipped when its length alone puts it farther than the worst of them,
+/// and the distance computation stops as soon as it exceeds that bound.
 pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
-    let mut scored: Vec<(usize, &str)> = names.map(|c| (edit_distance(target, c), c)).collect();
-    scored.sort_unstable();
-    scored.dedup_by(|a, b| a.1 == b.1);
-    scored.into_iter().take(n).map(|(_, s)| s.to_string()).collect()
+    let mut best: Vec<(usize, &str)> = Vec::with_capacity(n + 1);
+    for name in names {
+        let bound = if n > 0 && best.len() == n { best[n - 1].0 } else { usize::MAX };
+        if n == 0 || target.len().abs_diff(name.len()) > bound || best.iter().any(|(_, b)| *b == name) {
+            continue;
+        }
+        let Some(d) = edit_distance_within(target, name, bound) else { continue };
+        let pos = best.partition_point(|e| *e < (d, name));
+        if pos < n {
+            best.insert(pos, (d, name));
+            best.truncate(n);
+        }
+    }
+    best.into_iter().map(|(_, s)| s.to_string()).collect()
 }
 
 /// Levenshtein distance over bytes.
 pub fn edit_distance(a: &str, b: &str) -> usize {
+    edit_distance_within(a, b, usize::MAX).unwrap_or(usize::MAX)
+}
+
+/// The edit distance when it is at most `bound`, else `None` (found early:
+/// a row's minimum never decreases further down).
+fn edit_distance_within(a: &str, b: &str, bound: usize) -> Option<usize> {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     let mut prev: Vec<usize> = (0..=b.len()).collect();
     let mut cur = vec![0; b.len() + 1];
     for (i, &ca) in a.iter().enumerate() {
         cur[0] = i + 1;
+        let mut row_min = cur[0];
         for (j, &cb) in b.iter().enumerate() {
             let sub = prev[j] + usize::from(ca != cb);
             cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+            row_min = row_min.min(cur[j + 1]);
+        }
+        if row_min > bound {
+            return None;
         }
         std::mem::swap(&mut prev, &mut cur);
     }
-    prev[b.len()]
+    (prev[b.len()] <= bound).then_some(prev[b.len()])
 }
 
 /// Extracts owned tables from the borrowed parse.
@@ -533,7 +570,11 @@ impl<'a, 'f> Builder<'a, 'f> {
             plt,
             has_symtab,
             build_id: self.file.build_id()?.map(<[u8]>::to_vec),
+            interpreter: self.interpreter(),
             soname: dynamic.soname,
+            needed: dynamic.needed,
+            runpath: dynamic.runpath,
+            rpath: dynamic.rpath,
         })
     }
 
@@ -579,21 +620,33 @@ impl<'a, 'f> Builder<'a, 'f> {
             .collect()
     }
 
+    fn interpreter(&self) -> Option<String> {
+        let e = self.endian;
+        let p = self.file.elf_program_headers().iter().find(|p| p.p_type(e) == elf::PT_INTERP)?;
+        let bytes = p.data(e, self.data).ok()?;
+        let bytes = bytes.split(|&b| b == 0).next()?;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
     fn dynamic_info(&self) -> object::Result<DynamicInfo> {
         let e = self.endian;
         let mut info = DynamicInfo::default();
         let table = self.file.elf_section_table();
-        let Some((entries, index)) = table.dynamic(e, self.data)? else {
+        let Some((entries, strtab)) = table.dynamic(e, self.data)? else {
             return Ok(info);
         };
-        let strings =
-            table.strings(e, self.data, SectionIndex(table.section(index)?.sh_link(e) as usize)).ok();
+        let strings = table.strings(e, self.data, strtab).ok();
         for d in entries {
             match d.tag(e) {
                 elf::DT_FLAGS_1 => info.pie |= elf::DynamicFlags1(d.d_val(e)).contains(elf::DF_1_PIE),
-                elf::DT_SONAME => {
-                    if let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) {
-                        info.soname = Some(String::from_utf8_lossy(s).into_owned());
+                tag @ (elf::DT_SONAME | elf::DT_NEEDED | elf::DT_RUNPATH | elf::DT_RPATH) => {
+                    let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) else { continue };
+                    let s = String::from_utf8_lossy(s).into_owned();
+                    match tag {
+                        elf::DT_SONAME => info.soname = Some(s),
+                        elf::DT_NEEDED => info.needed.push(s),
+                        elf::DT_RUNPATH => info.runpath = Some(s),
+                        _ => info.rpath = Some(s),
                     }
                 }
                 _ => {}
@@ -757,6 +810,9 @@ impl<'a, 'f> Builder<'a, 'f> {
 struct DynamicInfo {
     pie: bool,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 /// The memory slot of a PLT entry's `jmp *slot(%rip)`, allowing a leading
@@ -790,6 +846,21 @@ mod tests {
         assert_eq!(edit_distance("", "abc"), 3);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(closest("mian", ["main", "zzzz", "mainly", "maim"].into_iter(), 2), vec!["main", "maim"]);
+        assert_eq!(edit_distance_within("kitten", "sitting", 2), None);
+        assert_eq!(edit_distance_within("kitten", "sitting", 3), Some(3));
+        assert!(closest("x", ["a", "b"].into_iter(), 0).is_empty());
+        // The pruned search agrees with sorting every distance.
+        let names: Vec<String> = (0..400u32)
+            .map(|i| format!("fn_{}_{}", i * 7919 % 1000, "ab".repeat((i % 5) as usize)))
+            .collect();
+        for target in ["fn_12_ab", "fn_9", "zzzz", "fn_123_abababab", ""] {
+            let mut all: Vec<(usize, &str)> =
+                names.iter().map(|n| (edit_distance(target, n), n.as_str())).collect();
+            all.sort_unstable();
+            all.dedup();
+            let brute: Vec<String> = all.iter().take(3).map(|(_, n)| n.to_string()).collect();
+            assert_eq!(closest(target, names.iter().map(String::as_str), 3), brute, "{target}");
+        }
     }
 
     #[test]
@@ -843,6 +914,7 @@ mod tests {
         assert!(text.contains(&main.address), "{main:?} outside {text:?}");
         assert_eq!(main.binding, Binding::Global);
         assert_eq!(main.section, ".text");
+        assert_eq!(f.function_at(main.address + 1).map(|s| s.name.as_str()), Some("main"));
         let off = f.vaddr_to_file_offset(main.address).unwrap();
         assert_eq!(f.file_offset_to_vaddr(off), Some(main.address));
         assert_eq!(f.bytes_at(main.address, 8).unwrap(), &f.data()[off as usize..off as usize + 8]);
@@ -1034,6 +1106,22 @@ int main(int argc, char **argv) {
         assert_eq!(f.lookup_function("helper").unwrap().binding, Binding::Local);
         assert_eq!(f.lookup_function("weakfn").unwrap().binding, Binding::Weak);
         assert_eq!(f.lookup_function("main").unwrap().table, Table::Both, "-rdynamic exports main");
+        assert_eq!(f.needed(), ["libc.so.6"]);
+        assert_eq!(f.interpreter(), Some("/lib64/ld-linux-x86-64.so.2"));
+        match ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") {
+            Ok(libc) => {
+                assert_eq!(libc.soname(), Some("libc.so.6"));
+                assert_eq!(libc.kind(), ElfKind::SharedObject);
+                // memcpy has two versions; the default one wins unless one is named.
+                let default = libc.lookup_function("memcpy").unwrap();
+                assert_eq!(default.versioned_name(), "memcpy@@GLIBC_2.14");
+                let old = libc.lookup_function("memcpy@GLIBC_2.2.5").unwrap();
+                assert!(old.hidden_version && old.address != default.address);
+                assert_eq!(libc.lookup_function("memcpy@@GLIBC_2.14").unwrap(), default);
+                assert!(libc.lookup_function("memcpy@GLIBC_9.9").is_err());
+            }
+            Err(e) => eprintln!("skipping the libc checks: {e}"),
+        }
         assert!(f.lookup_function("counter").is_err(), "data is not a function");
         assert_eq!(f.lookup_symbol("counter").unwrap().kind, SymbolKind::Object);
 

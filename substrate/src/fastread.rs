@@ -154,6 +154,10 @@ pub struct MappedCounter {
     path: UserPath,
     hybrid: Option<Hybrid>,
     base: Cell<Count>,
+    /// The last two syncs read the same value and enabled time: the event
+    /// is stopped (disabled behind this handle's back, e.g. by prctl), so
+    /// the value is not extrapolated until the page's lock moves again.
+    frozen: Cell<bool>,
     enabled: Cell<bool>,
     _not_send: PhantomData<*const ()>,
 }
@@ -176,6 +180,7 @@ impl MappedCounter {
             hybrid: if path == UserPath::Hybrid { hybrid } else { None },
             path,
             base: Cell::new(Count::default()),
+            frozen: Cell::new(false),
             enabled: Cell::new(false),
             _not_send: PhantomData,
         })
@@ -186,9 +191,11 @@ impl MappedCounter {
         &self.path
     }
 
-    /// The underlying counter.
-    pub fn counter(&self) -> &Counter {
-        &self.counter
+    /// One `read(2)` of the counter, bypassing the user-space path (the
+    /// baseline to compare it with). The counter itself stays private so
+    /// that its state changes go through this handle.
+    pub fn read_syscall(&self) -> Result<Count> {
+        self.counter.read()
     }
 
     /// Starts counting.
@@ -217,10 +224,12 @@ impl MappedCounter {
         {
             if let Some(h) = &self.hybrid {
                 if let Some(d) = h.since_sync(page) {
+                    let d = if self.frozen.get() { 0 } else { d };
                     return Ok((extrapolate(&self.base.get(), d), ReadPath::UserSpace));
                 }
-                let (c, _) = h.sync(page, || self.counter.read())?;
-                self.base.set(c);
+                let c = h.sync(page, || self.counter.read())?;
+                let prev = self.base.replace(c);
+                self.frozen.set(c.raw == prev.raw && c.time_enabled == prev.time_enabled);
                 return Ok((c, ReadPath::Resync));
             }
             if let Some(c) = page_value(&self.path, page) {
@@ -243,6 +252,8 @@ pub struct MappedGroup {
     /// the members run exactly when the group does.
     hybrid: Option<Hybrid>,
     bases: RefCell<Vec<Count>>,
+    /// As [`MappedCounter`]'s: the group was stopped behind this handle's back.
+    frozen: Cell<bool>,
     scratch: RefCell<GroupCounts>,
     enabled: Cell<bool>,
     _not_send: PhantomData<*const ()>,
@@ -285,6 +296,7 @@ impl MappedGroup {
             pages,
             paths,
             hybrid,
+            frozen: Cell::new(false),
             scratch: RefCell::new(GroupCounts::default()),
             enabled: Cell::new(false),
             _not_send: PhantomData,
@@ -306,9 +318,11 @@ impl MappedGroup {
         &self.members
     }
 
-    /// The underlying group.
-    pub fn group(&self) -> &Group {
-        &self.group
+    /// One `read(2)` of the group into `out` (indexed by `Member::index`),
+    /// bypassing the user-space path: the baseline to compare it with.
+    pub fn read_syscall(&self, out: &mut Vec<Count>) -> Result<()> {
+        out.resize(self.members.len(), Count::default());
+        self.syscall(out)
     }
 
     /// Starts every member.
@@ -353,9 +367,14 @@ impl MappedGroup {
             since = h.since_sync(leader);
             if since.is_none() {
                 h.sync(leader, || self.syscall(out))?;
-                self.bases.borrow_mut().copy_from_slice(out);
+                let mut bases = self.bases.borrow_mut();
+                let same = |(c, b): (&Count, &Count)| c.raw == b.raw && c.time_enabled == b.time_enabled;
+                self.frozen.set(out.iter().zip(bases.iter()).all(same));
+                bases.copy_from_slice(out);
                 since = Some(0);
                 path = ReadPath::Resync;
+            } else if self.frozen.get() {
+                since = Some(0);
             }
         }
         let bases = self.bases.borrow();
@@ -385,6 +404,7 @@ mod tests {
     use crate::sys::{Ioctl, perf_event_attr};
     use std::os::fd::{BorrowedFd, OwnedFd};
     use std::sync::Mutex;
+    use std::time::Duration;
 
     /// A kernel with rdpmc-capable pages: one image per opened event, ids
     /// 1, 2, 3…, and reads that must not happen on the user-space path.
@@ -438,6 +458,31 @@ mod tests {
     fn an_empty_group_is_an_error_not_a_panic() {
         let r = MappedGroup::open_with(Arc::new(RdpmcKernel::default()), &[], Target::ThisThread);
         assert!(matches!(r, Err(Error::Malformed { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn a_stopped_time_event_is_not_extrapolated() {
+        if Hybrid::new().is_none() {
+            eprintln!("no usable TSC here: the hybrid path is not used");
+            return;
+        }
+        // The fake read() always returns 7: an event stopped behind the
+        // handle's back (prctl), seen through its unchanging value.
+        let k = Arc::new(RdpmcKernel::default());
+        let tc = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, 1);
+        let c = MappedCounter::open_with(k.clone(), &tc, Target::ThisThread).unwrap();
+        assert_eq!(c.path(), &UserPath::Hybrid);
+        c.enable().unwrap();
+        assert_eq!(c.read().unwrap(), (Count { raw: 7, time_enabled: 9, time_running: 9 }, ReadPath::Resync));
+        std::thread::sleep(crate::vclock::MAX_SYNC_INTERVAL * 2);
+        // The interval forces a resync, which finds the same value: frozen.
+        assert_eq!(c.read().unwrap().1, ReadPath::Resync);
+        std::thread::sleep(Duration::from_micros(50));
+        let (v, path) = c.read().unwrap();
+        assert_eq!((v.raw, path), (7, ReadPath::UserSpace), "a stopped event must not advance");
+        // A page update (an enable, a context switch) resyncs.
+        k.images.lock().unwrap()[0].bump_lock(2);
+        assert_eq!(c.read().unwrap().1, ReadPath::Resync);
     }
 
     fn raw_event() -> EventAttr {

@@ -223,7 +223,7 @@ enum Backing {
     /// A live `mmap(2)` of `len` bytes, unmapped on drop.
     Kernel { len: usize },
     /// A test image, kept alive by this handle.
-    Image(#[allow(dead_code)] Arc<PageImage>),
+    Image { _image: Arc<PageImage> },
 }
 
 /// An event's mapped metadata page.
@@ -249,7 +249,7 @@ impl std::fmt::Debug for Mapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.backing {
             Backing::Kernel { len } => format!("mmap({len})"),
-            Backing::Image(_) => "image".to_string(),
+            Backing::Image { .. } => "image".to_string(),
         };
         f.debug_struct("Mapping").field("base", &self.base).field("backing", &kind).finish()
     }
@@ -295,7 +295,7 @@ impl Mapping {
     /// A mapping of a test image (what a test's `Sys::mmap` returns).
     pub fn from_image(image: Arc<PageImage>) -> Mapping {
         let base = NonNull::from(&image.words).cast::<u8>();
-        Mapping { base, backing: Backing::Image(image) }
+        Mapping { base, backing: Backing::Image { _image: image } }
     }
 
     #[inline(always)]

@@ -43,6 +43,16 @@
 //! runs): at least 99.9 % of each thread's reads within 5 µs, worst 30 µs.
 //! With a 500 µs interval the worst was 121 µs and 99.67 %, hence 200 µs.
 //!
+//! # Caveats
+//!
+//! - `prctl(PR_TASK_PERF_EVENTS_DISABLE)` stops the reader's own event too;
+//!   context switches then go unseen, and until it is re-enabled a Hybrid
+//!   read may count up to [`MAX_SYNC_INTERVAL`] of sleep (still within
+//!   [`ERROR_BOUND`]).
+//! - The page's `lock` rising at every context switch was verified on
+//!   kernel 6.18 for non-inherited per-thread events; this reader never
+//!   uses `inherit`.
+//!
 //! # Costs
 //!
 //! A thread that never asks pays nothing. The first read on a thread opens a
@@ -149,13 +159,9 @@ impl Hybrid {
 
     /// Runs `sync` between two reads of the page's lock and the TSC, until
     /// the lock holds still across it (at most [`SYNC_ATTEMPTS`] times), and
-    /// records the TSC midpoint as the new base. Returns `sync`'s value and
-    /// whether the base was set (when not, the next read syncs again).
-    pub(crate) fn sync<T, E>(
-        &self,
-        page: &Mapping,
-        mut sync: impl FnMut() -> Result<T, E>,
-    ) -> Result<(T, bool), E> {
+    /// records the TSC midpoint as the new base. Returns `sync`'s value; if
+    /// the lock never held still, no base is kept and the next read syncs again.
+    pub(crate) fn sync<T, E>(&self, page: &Mapping, mut sync: impl FnMut() -> Result<T, E>) -> Result<T, E> {
         self.syncs.set(self.syncs.get() + 1);
         let mut b = self.base.get();
         let mut attempt = 0;
@@ -170,7 +176,7 @@ impl Hybrid {
                 b.tsc = t0 + t1.wrapping_sub(t0) / 2;
                 b.seq = if stable { s0 } else { 1 };
                 self.base.set(b);
-                return Ok((value, stable));
+                return Ok(value);
             }
         }
     }
@@ -189,7 +195,7 @@ impl Hybrid {
 
     #[cold]
     fn resync<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
-        let (value, _) = self.sync(page, sync)?;
+        let value = self.sync(page, sync)?;
         let mut b = self.base.get();
         b.value = value;
         b.last = b.last.max(value);

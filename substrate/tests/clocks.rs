@@ -272,9 +272,9 @@ fn user_space_task_clock_agrees_with_read() {
         } else if i % 8 == 0 {
             spin(Duration::from_nanos(rng.next() % 20_000));
         }
-        let r0 = c.counter().read().unwrap().raw;
+        let r0 = c.read_syscall().unwrap().raw;
         let (v, path) = c.read().unwrap();
-        let r1 = c.counter().read().unwrap().raw;
+        let r1 = c.read_syscall().unwrap().raw;
         paths[path as usize] += 1;
         e.add(outside(v.raw, r0, r1));
     }
@@ -305,19 +305,21 @@ fn group_read_takes_user_space_only_when_every_member_can() {
     assert!(g.user_space(), "{:?}", g.paths());
     g.enable().unwrap();
     let mut out: Vec<Count> = Vec::new();
+    let (mut before, mut after) = (Vec::new(), Vec::new());
     let mut e = Errors::default();
     let mut user = 0;
     for i in 0..20_000u32 {
         if i % 8 == 0 {
             spin(Duration::from_micros(3));
         }
-        let before = g.group().read().unwrap();
+        g.read_syscall(&mut before).unwrap();
         let path = g.read_into(&mut out).unwrap();
-        let after = g.group().read().unwrap();
+        g.read_syscall(&mut after).unwrap();
         user += u32::from(path == ReadPath::UserSpace);
         assert_ne!(path, ReadPath::Syscall);
         for m in g.members() {
-            e.add(outside(out[m.index()].raw, before[m].raw, after[m].raw));
+            let i = m.index();
+            e.add(outside(out[i].raw, before[i].raw, after[i].raw));
         }
     }
     assert!(user > 10_000, "only {user} of 20000 group reads were syscall-free");

@@ -55,6 +55,11 @@ struct ListArgs {
     /// Add a column saying whether each entry can take a 5-byte jump, or why not.
     #[arg(long)]
     patchable: bool,
+    /// With PROGRAM: also list the shared objects it needs, found as the
+    /// dynamic loader would (DT_NEEDED, RPATH/RUNPATH, LD_LIBRARY_PATH,
+    /// /etc/ld.so.conf, default directories), at link-time addresses.
+    #[arg(long, conflicts_with = "pid")]
+    libs: bool,
     /// Also list PLT stubs (calls to imported functions).
     #[arg(long)]
     plt: bool,
@@ -82,6 +87,7 @@ type Failure = Box<dyn std::error::Error>;
 fn list(args: &ListArgs) -> Result<(), Failure> {
     let inventory = match (args.pid, &args.program) {
         (Some(pid), _) => Inventory::of_process(pid)?,
+        (None, Some(program)) if args.libs => Inventory::of_file_with_deps(program)?,
         (None, Some(program)) => Inventory::of_file(program)?,
         (None, None) => return Err("give a PROGRAM or --pid PID".into()),
     };
@@ -101,11 +107,15 @@ fn list(args: &ListArgs) -> Result<(), Failure> {
             .as_deref()
             .is_none_or(|g| glob_match(g, name) || demangled.is_some_and(|d| glob_match(g, d)))
     };
+    for missing in &inventory.unresolved {
+        eprintln!("papirus-probe: warning: left out: {missing}");
+    }
     let mut out = std::io::stdout().lock();
     if args.json {
         let report = ListReport {
             format_version: LIST_FORMAT_VERSION,
             pid: inventory.pid,
+            unresolved: &inventory.unresolved,
             modules: modules
                 .iter()
                 .map(|m| ModuleReport {
@@ -169,7 +179,11 @@ fn write_module_table(
         ", {} of {} functions{})",
         funcs.len(),
         m.functions.len(),
-        if m.stripped { ", stripped: dynamic symbols only" } else { "" }
+        match (m.stripped, m.functions.is_empty()) {
+            (true, true) => ", stripped: no symbols at all",
+            (true, false) => ", stripped: dynamic symbols only",
+            _ => "",
+        }
     )?;
     write!(out, "  {:<18} {:>8}  {:<6}  ", "ADDRESS", "SIZE", "BIND")?;
     if args.patchable {
@@ -203,6 +217,7 @@ fn write_module_table(
 struct ListReport<'a> {
     format_version: u32,
     pid: Option<i32>,
+    unresolved: &'a [String],
     modules: Vec<ModuleReport<'a>>,
 }
 
