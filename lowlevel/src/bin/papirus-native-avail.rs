@@ -9,7 +9,7 @@ use serde_json::json;
 
 /// List native events (perf's tables, sysfs PMU events, tracepoints).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Open each event for this thread and show whether it counts here.
     #[arg(short, long)]
