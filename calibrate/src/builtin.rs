@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::sync::Arc;
 
-use papirus_highlevel::{Counter as PCounter, Predicate, TimeSource, Timer, Wall};
+use papirus_highlevel::{Counter as PCounter, Predicate, ProcessTime, TimeSource, Timer, Wall};
 use papirus_substrate::clock::{Source, clock};
 use papirus_substrate::fastread::{MappedCounter, MappedGroup, ReadPath, UserPath};
 use papirus_substrate::vclock::{self, VirtMethod};
@@ -315,15 +315,40 @@ fn eventset(r: &mut Registry) {
     });
 }
 
+/// The events the region row measures: the highlevel defaults every Linux
+/// machine counts.
+static REGION_EVENTS: [&str; 3] = ["task-clock", "page-faults", "context-switches"];
+
 fn regions(r: &mut Registry) {
-    r.add_unavailable(
+    r.add(
         "region.begin_end",
-        "highlevel region_begin + region_end of one named region",
-        "papirus-highlevel has no region API in this build (region_begin/region_end have not landed)",
+        "highlevel region_begin + region_end of one region (real time, virtual time, task-clock, page-faults, context-switches)",
+        |b| {
+            use papirus_highlevel::region::{self, Config, RegionError};
+            // Regions are set up once per process; reuse a setup made earlier.
+            let setup = match Config::new().events(REGION_EVENTS).write_at_exit(false).install() {
+                Ok(s) => s,
+                Err(RegionError::AlreadyConfigured) => region::setup(),
+                Err(e) => return Err(e.to_string()),
+            };
+            let names: Vec<&str> = setup.events.iter().map(|e| e.name.as_str()).collect();
+            // The first pair opens the thread's counters; errors surface here.
+            region::region_begin("papirus-calibrate").map_err(|e| e.to_string())?;
+            region::region_end("papirus-calibrate").map_err(|e| e.to_string())?;
+            let path = format!(
+                "TSC, user-space virtual time, and the thread's group of {} by fastread (read() unless every event has a user-space path)",
+                names.join(", ")
+            );
+            Ok(vec![b.time(Some(&path), || {
+                let _ = region::region_begin("papirus-calibrate");
+                let _ = region::region_end("papirus-calibrate");
+            })])
+        },
     );
 }
 
-/// Paradyn's process timer source: the calling thread's CPU time.
+/// A timer source of the calling thread's CPU time (virtual time), the
+/// clock a per-thread process timer of the probe tool would read.
 #[derive(Debug, Clone, Copy)]
 struct ThreadCpu;
 
@@ -333,11 +358,13 @@ impl TimeSource for ThreadCpu {
     }
 }
 
+static PROCESS_TIME: ProcessTime = ProcessTime::new();
+
 /// Timers per sample of the timer rows: each start is an outermost start.
 const TIMERS: u32 = 64;
 
-fn timer_rows<S: TimeSource + Copy>(b: &Bench, kind: &str, source: S, path: &str) -> RowResult {
-    let timers: Vec<Timer<S>> = (0..TIMERS).map(|_| Timer::new(source)).collect();
+fn timer_rows<S: TimeSource>(b: &Bench, kind: &str, source: impl Fn() -> S, path: &str) -> RowResult {
+    let timers: Vec<Timer<S>> = (0..TIMERS).map(|_| Timer::new(source())).collect();
     let costs = b.phases(
         TIMERS,
         (&format!("paradyn.{kind}_timer_start"), &format!("paradyn.{kind}_timer_stop")),
@@ -361,15 +388,20 @@ fn paradyn(r: &mut Registry) {
     });
     r.add(
         "paradyn.wall_timer",
-        "Paradyn wall timer: paradyn.wall_timer_start and paradyn.wall_timer_stop, each outermost, timed apart over 64 timers",
-        |b| timer_rows(b, "wall", Wall, "highlevel::Wall (std Instant: vdso clock_gettime(CLOCK_MONOTONIC))"),
+        "Paradyn wall timer (highlevel Wall): paradyn.wall_timer_start and paradyn.wall_timer_stop, each outermost, timed apart over 64 timers",
+        |b| timer_rows(b, "wall", || Wall, &format!("{}, fenced both sides", real_path())),
     );
     r.add(
         "paradyn.process_timer",
-        "Paradyn process timer (thread CPU time): paradyn.process_timer_start and paradyn.process_timer_stop, timed apart over 64 timers",
+        "Paradyn process timer (highlevel ProcessTime, CPU time of all threads): paradyn.process_timer_start and paradyn.process_timer_stop, timed apart over 64 timers",
+        |b| timer_rows(b, "process", || &PROCESS_TIME, "syscall clock_gettime(CLOCK_PROCESS_CPUTIME_ID)"),
+    );
+    r.add(
+        "paradyn.thread_timer",
+        "Paradyn timer over the thread's virtual time (vclock::thread_cpu_ns): paradyn.thread_timer_start and paradyn.thread_timer_stop, timed apart over 64 timers",
         |b| {
             let path = virt_path(&vclock::thread_method(), None);
-            timer_rows(b, "process", ThreadCpu, &path)
+            timer_rows(b, "thread", || ThreadCpu, &path)
         },
     );
     r.add(
@@ -421,7 +453,12 @@ mod tests {
             assert!(c.cycles.min <= c.cycles.median && c.cycles.median <= c.cycles.max, "{c:?}");
         }
         // The paired timer rows give both halves.
-        for n in ["paradyn.wall_timer_start", "paradyn.wall_timer_stop", "paradyn.process_timer_stop"] {
+        for n in [
+            "paradyn.wall_timer_start",
+            "paradyn.wall_timer_stop",
+            "paradyn.process_timer_stop",
+            "paradyn.thread_timer_start",
+        ] {
             assert!(find(&rep.costs, n).is_some(), "{n} missing");
         }
         // A read() row says so; a syscall row never claims user space.
