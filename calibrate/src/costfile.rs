@@ -123,6 +123,12 @@ impl CostFile {
         self.costs.iter().find(|c| c.name == name)
     }
 
+    /// The median cost of `name` in nanoseconds per call: what a cost model
+    /// multiplies by the number of calls.
+    pub fn median_ns(&self, name: &str) -> Option<f64> {
+        self.cost(name).map(|c| c.ns.median)
+    }
+
     /// Writes the file as pretty JSON.
     pub fn save(&self, path: impl AsRef<Path>) -> std::io::Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
@@ -143,5 +149,6 @@ mod tests {
         let v1 = r#"{"format_version": 1, "generator": "x", "machine": {}, "tsc_hz": 1, "costs": []}"#;
         let f = CostFile::from_json(v1).unwrap();
         assert!(f.cost("baseline.rdtsc").is_none() && f.unavailable.is_empty());
+        assert_eq!(f.median_ns("baseline.rdtsc"), None);
     }
 }

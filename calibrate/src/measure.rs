@@ -135,7 +135,7 @@ pub fn measure(
             (ticks.read)().saturating_sub(t0) as f64 / f64::from(batch)
         })
         .collect();
-    Cost::from_samples(ticks, plan, name, description, path, per_call, batch)
+    Cost::from_samples(ticks, plan, name, description, path, per_call, batch).expect("at least one sample")
 }
 
 /// Times two operations that must alternate (a timer's start and stop):
@@ -172,7 +172,7 @@ pub fn measure_phases(
 
 impl Cost {
     /// A cost from per-call cycle samples (`batch` calls each), with the
-    /// histogram `plan` asks for; `per_call` must not be empty.
+    /// histogram `plan` asks for; `None` when there are no samples.
     pub fn from_samples(
         ticks: Ticks,
         plan: Plan,
@@ -181,14 +181,11 @@ impl Cost {
         path: Option<&str>,
         mut per_call: Vec<f64>,
         batch: u32,
-    ) -> Cost {
-        if per_call.is_empty() {
-            per_call.push(0.0);
-        }
-        let histogram = (plan.bins > 0).then(|| histogram(&per_call, plan.bins));
+    ) -> Option<Cost> {
+        let histogram = (plan.bins > 0 && !per_call.is_empty()).then(|| histogram(&per_call, plan.bins));
         let samples = per_call.len() as u32;
-        let cycles = Stats::of(&mut per_call).unwrap_or(Stats { min: 0.0, median: 0.0, p99: 0.0, max: 0.0 });
-        Cost {
+        let cycles = Stats::of(&mut per_call)?;
+        Some(Cost {
             name: name.to_string(),
             description: description.to_string(),
             path: path.map(str::to_string),
@@ -197,7 +194,7 @@ impl Cost {
             samples,
             batch: batch.max(1),
             histogram,
-        }
+        })
     }
 }
 

@@ -89,10 +89,14 @@ impl Bench {
         second: impl FnMut(usize),
     ) -> Vec<Cost> {
         let (a, b) = measure_phases(self.ticks, self.plan, batch, first, second);
-        vec![
+        // measure_phases takes at least one sample of each.
+        [
             Cost::from_samples(self.ticks, self.plan, names.0, descriptions.0, path, a, batch),
             Cost::from_samples(self.ticks, self.plan, names.1, descriptions.1, path, b, batch),
         ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 }
 
