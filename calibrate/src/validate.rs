@@ -448,9 +448,11 @@ fn branchy_loop(n: u64) -> u64 {
     black_box(acc)
 }
 
-/// Counts of `loop_fn(n)`, `loop_fn(2n)`, `loop_fn(4n)`: the per-iteration
-/// count must be a whole number and the same for both doublings (1 %).
-fn linear_check(name: &str, event: &str, loop_fn: fn(u64) -> u64, n: u64) -> Check {
+/// Counts of `loop_fn(n)`, `loop_fn(2n)`, `loop_fn(4n)`: the count per
+/// `period` iterations (the loop body's pattern repeats every `period`;
+/// `n` is a multiple of it) must be a whole number and the same for both
+/// doublings, within 1 %. The loop's fixed setup cancels in the differences.
+fn linear_check(name: &str, event: &str, loop_fn: fn(u64) -> u64, n: u64, period: u64) -> Check {
     let c = match open(name, event) {
         Ok(c) => c,
         Err(skip) => return skip,
@@ -464,15 +466,12 @@ fn linear_check(name: &str, event: &str, loop_fn: fn(u64) -> u64, n: u64) -> Che
             Err(fail) => return fail,
         }
     }
-    let d1 = counts[1].saturating_sub(counts[0]) as f64 / n as f64;
-    let d2 = counts[2].saturating_sub(counts[1]) as f64 / (2 * n) as f64;
-    let whole = d1.round().max(1.0);
-    let ok = (d1 - whole).abs() / whole <= 0.01 && (d2 - whole).abs() / whole <= 0.01;
+    let (ok, d1, d2) = linear_verdict(counts, n, period);
     pass_if(
         name,
         ok,
         format!(
-            "{event}: {} / {} / {} for {n} / {} / {} iterations: {d1:.3} and {d2:.3} per iteration (expected the same whole number within 1 %)",
+            "{event}: {} / {} / {} for {n} / {} / {} iterations: {d1:.3} and {d2:.3} per {period} iteration(s) (expected the same whole number within 1 %)",
             counts[0],
             counts[1],
             counts[2],
@@ -482,14 +481,26 @@ fn linear_check(name: &str, event: &str, loop_fn: fn(u64) -> u64, n: u64) -> Che
     )
 }
 
+/// Whether counts of n, 2n and 4n iterations grow by the same whole number
+/// per `period` iterations (1 %); also the two per-period increments.
+fn linear_verdict(counts: [u64; 3], n: u64, period: u64) -> (bool, f64, f64) {
+    let p = period as f64;
+    let d1 = counts[1].saturating_sub(counts[0]) as f64 / n as f64 * p;
+    let d2 = counts[2].saturating_sub(counts[1]) as f64 / (2 * n) as f64 * p;
+    let whole = d1.round().max(1.0);
+    let ok = (d1 - whole).abs() / whole <= 0.01 && (d2 - whole).abs() / whole <= 0.01;
+    (ok, d1, d2)
+}
+
 /// Instructions of a known loop (needs a hardware PMU).
 pub fn instructions(_: Sizes) -> Check {
-    linear_check("instructions of a known loop", "instructions:u", work_loop, 1_000_000)
+    linear_check("instructions of a known loop", "instructions:u", work_loop, 1_000_000, 1)
 }
 
 /// Branches of a known pattern (needs a hardware PMU).
 pub fn branches(_: Sizes) -> Check {
-    linear_check("branches of a known branch pattern", "branches:u", branchy_loop, 1_000_000)
+    // The two arms may differ by a jump: whole per 3-iteration period.
+    linear_check("branches of a known branch pattern", "branches:u", branchy_loop, 999_999, 3)
 }
 
 /// Floating-point operations of `kernel` against `expected` (PAPI_FP_OPS,
@@ -513,12 +524,16 @@ fn fp_check(name: &str, expected: u64, kernel: impl FnOnce() -> f64) -> Check {
         return check(name, Outcome::Fail, format!("PAPI_FP_OPS: {e}"));
     }
     let got = v[0].max(0) as u64;
-    let err = (got as f64 - expected as f64).abs() / expected as f64;
+    let err = relative_error(got, expected);
     pass_if(
         name,
         err <= TOLERANCE,
         format!("PAPI_FP_OPS {got}, expected {expected}: {:.2} % off (tolerance 5 %)", err * 100.0),
     )
+}
+
+fn relative_error(got: u64, expected: u64) -> f64 {
+    (got as f64 - expected as f64).abs() / (expected.max(1) as f64)
 }
 
 fn vector(n: usize, seed: f64) -> Vec<f64> {
@@ -583,6 +598,25 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let sym = target_symbol(&exe).unwrap();
         assert!(sym.contains("calibrate_probe_target"), "{sym}");
+    }
+
+    #[test]
+    fn linear_verdicts_without_a_pmu() {
+        // 7 per iteration plus 500 of setup: whole and linear.
+        let c = |n: u64| 500 + 7 * n;
+        assert!(linear_verdict([c(1000), c(2000), c(4000)], 1000, 1).0);
+        // 7.5 per iteration is not whole...
+        let h = |n: u64| 500 + 15 * n / 2;
+        assert!(!linear_verdict([h(1000), h(2000), h(4000)], 1000, 1).0);
+        // ...but is per 2-iteration period (an arm with an extra jump).
+        assert!(linear_verdict([h(1000), h(2000), h(4000)], 1000, 2).0);
+        // Not linear: the second doubling adds 10 % more per iteration.
+        let (ok, d1, d2) = linear_verdict([7000, 14000, 29400], 1000, 1);
+        assert!(!ok, "{d1} {d2}");
+        // Nothing counted is not a pass.
+        assert!(!linear_verdict([0, 0, 0], 1000, 1).0);
+        assert!(relative_error(2_040_000, 2_000_000) <= 0.05);
+        assert!(relative_error(2_200_000, 2_000_000) > 0.05);
     }
 
     #[test]
