@@ -13,6 +13,7 @@ pub mod clock;
 pub mod elf;
 pub mod error;
 pub mod event;
+pub mod exit;
 pub mod fastread;
 pub mod group;
 pub mod hwinfo;
