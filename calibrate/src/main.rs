@@ -2,5 +2,6 @@
 #![deny(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
+    papirus_substrate::sys::default_sigpipe();
     papirus_calibrate::cli::main_with(|_| {})
 }

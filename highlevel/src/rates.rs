@@ -191,7 +191,14 @@ fn run(
             set = Some(s);
         }
         let n = events.len() + usize::from(has_ref);
-        *slot = Some(State { mode, set, has_ref, real_ns: real_nsec(), virt_ns: virt_nsec(), values: vec![0; n] });
+        *slot = Some(State {
+            mode,
+            set,
+            has_ref,
+            real_ns: real_nsec(),
+            virt_ns: virt_nsec(),
+            values: vec![0; n],
+        });
         Ok(None)
     })
 }
@@ -237,14 +244,15 @@ pub fn flips_rate(event: &str) -> Result<RateReading, RateError> {
 
 /// Instructions per cycle (`PAPI_ipc`): `count` is instructions, `rate` the IPC.
 pub fn ipc() -> Result<RateReading, RateError> {
-    Ok(run("ipc", Mode::Ipc, &["PAPI_TOT_INS", "PAPI_TOT_CYC"], None)?.map_or_else(RateReading::default, |iv| {
-        RateReading {
+    Ok(run("ipc", Mode::Ipc, &["PAPI_TOT_INS", "PAPI_TOT_CYC"], None)?.map_or_else(
+        RateReading::default,
+        |iv| RateReading {
             real_time_s: iv.real_s,
             proc_time_s: iv.proc_s,
             count: iv.values[0],
             rate: ratio(iv.values[0] as f64, iv.values[1] as f64),
-        }
-    }))
+        },
+    ))
 }
 
 /// Events per core cycle (`PAPI_epc`); `event` `None` counts instructions.
@@ -265,14 +273,15 @@ pub fn epc(event: Option<&str>) -> Result<EpcReading, RateError> {
 /// Any event (preset or perf syntax) per second of real time, with PAPI's
 /// call semantics: works here with software events such as `page-faults`.
 pub fn event_rate(event: &str) -> Result<RateReading, RateError> {
-    Ok(run("event_rate", Mode::Event(event.to_string()), &[event], None)?.map_or_else(RateReading::default, |iv| {
-        RateReading {
+    Ok(run("event_rate", Mode::Event(event.to_string()), &[event], None)?.map_or_else(
+        RateReading::default,
+        |iv| RateReading {
             real_time_s: iv.real_s,
             proc_time_s: iv.proc_s,
             count: iv.values[0],
             rate: ratio(iv.values[0] as f64, iv.real_s),
-        }
-    }))
+        },
+    ))
 }
 
 /// Real and virtual (thread CPU) time since the previous call, and their

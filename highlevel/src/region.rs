@@ -59,7 +59,8 @@ use papirus_substrate::{Count, EventAttr, Kind, Target, clock, vclock};
 use serde::{Deserialize, Serialize};
 
 /// The events measured when neither the caller nor the environment chooses.
-pub const DEFAULT_EVENTS: [&str; 5] = ["task-clock", "page-faults", "context-switches", "cycles", "instructions"];
+pub const DEFAULT_EVENTS: [&str; 5] =
+    ["task-clock", "page-faults", "context-switches", "cycles", "instructions"];
 
 /// The built-in metrics every region has, before the events.
 pub const TIME_METRICS: [&str; 2] = ["real_time_ns", "virtual_time_ns"];
@@ -78,7 +79,9 @@ pub const DEFAULT_OUTPUT_DIRECTORY: &str = "papirus_output";
 #[non_exhaustive]
 pub enum RegionError {
     /// `region_end` of a name that is open nowhere.
-    #[error("region `{name}` ended in thread {thread} but was never begun: call region_begin(\"{name}\") first")]
+    #[error(
+        "region `{name}` ended in thread {thread} but was never begun: call region_begin(\"{name}\") first"
+    )]
     NotBegun {
         /// The region.
         name: String,
@@ -279,19 +282,25 @@ impl Config {
         let library = papirus_lowlevel::init()
             .map_err(|e| RegionError::Event { event: "(library initialisation)".into(), source: e })?;
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let (source, requested): (EventSource, Vec<String>) = match (&self.events, env(ENV_EVENTS), env(ENV_PAPI_EVENTS)) {
-            (Some(list), _, _) => (EventSource::Caller, list.clone()),
-            (None, Some(v), _) => (EventSource::PapirusEvents, split_list(&v)),
-            (None, None, Some(v)) => (EventSource::PapiEvents, split_list(&v)),
-            (None, None, None) => (EventSource::Default, DEFAULT_EVENTS.iter().map(|s| s.to_string()).collect()),
-        };
+        let (source, requested): (EventSource, Vec<String>) =
+            match (&self.events, env(ENV_EVENTS), env(ENV_PAPI_EVENTS)) {
+                (Some(list), _, _) => (EventSource::Caller, list.clone()),
+                (None, Some(v), _) => (EventSource::PapirusEvents, split_list(&v)),
+                (None, None, Some(v)) => (EventSource::PapiEvents, split_list(&v)),
+                (None, None, None) => {
+                    (EventSource::Default, DEFAULT_EVENTS.iter().map(|s| s.to_string()).collect())
+                }
+            };
         let mut events = vec![];
         let mut plans = vec![];
         let mut unavailable = vec![];
         for entry in requested {
             let resolved = translate(&entry).and_then(|name| {
                 if events.iter().any(|e: &EventDef| e.name == name) {
-                    return Err(RegionError::EventSyntax { entry: entry.clone(), reason: "listed twice".into() });
+                    return Err(RegionError::EventSyntax {
+                        entry: entry.clone(),
+                        reason: "listed twice".into(),
+                    });
                 }
                 resolve_event(&library, &name)
             });
@@ -316,7 +325,8 @@ impl Config {
         let output_directory = self.output_directory.clone().unwrap_or_else(|| {
             env(ENV_OUTPUT_DIRECTORY).map_or_else(|| PathBuf::from(DEFAULT_OUTPUT_DIRECTORY), PathBuf::from)
         });
-        let metrics = TIME_METRICS.iter().map(|s| s.to_string()).chain(events.iter().map(|e| e.name.clone())).collect();
+        let metrics =
+            TIME_METRICS.iter().map(|s| s.to_string()).chain(events.iter().map(|e| e.name.clone())).collect();
         Ok(Setup { source, events, unavailable, output_directory, library, plans, metrics })
     }
 }
@@ -356,13 +366,18 @@ pub fn translate(entry: &str) -> Result<String, RegionError> {
         Some(k) => {
             return Err(RegionError::EventSyntax {
                 entry: entry.into(),
-                reason: format!("event type `{k}` is not supported: regions measure deltas (`NAME=delta` or plain `NAME`)"),
+                reason: format!(
+                    "event type `{k}` is not supported: regions measure deltas (`NAME=delta` or plain `NAME`)"
+                ),
             });
         }
     }
     if let Some(rest) = name.strip_prefix("perf::") {
         if rest.is_empty() {
-            return Err(RegionError::EventSyntax { entry: entry.into(), reason: "empty name after `perf::`".into() });
+            return Err(RegionError::EventSyntax {
+                entry: entry.into(),
+                reason: "empty name after `perf::`".into(),
+            });
         }
         // PAPI upper-cases perf's names; the hw-cache names keep their own case.
         return Ok(if native::resolve(rest).is_ok() { rest.to_string() } else { rest.to_ascii_lowercase() });
@@ -445,7 +460,8 @@ pub(crate) struct RegionSample {
 
 impl RegionCell {
     fn new(name: &str, id: u32, parent: Option<u32>, metrics: usize) -> RegionCell {
-        let values = (0..metrics * 3).map(|i| AtomicI64::new(if i % 3 == 1 { i64::MAX } else { 0 })).collect();
+        let values =
+            (0..metrics * 3).map(|i| AtomicI64::new(if i % 3 == 1 { i64::MAX } else { 0 })).collect();
         RegionCell {
             name: name.into(),
             id,
@@ -497,8 +513,11 @@ impl RegionCell {
                 let calls = self.calls.load(Ordering::Relaxed);
                 let open = self.open.load(Ordering::Relaxed);
                 for m in self.values.chunks_exact(3) {
-                    let (t, lo, hi) =
-                        (m[0].load(Ordering::Relaxed), m[1].load(Ordering::Relaxed), m[2].load(Ordering::Relaxed));
+                    let (t, lo, hi) = (
+                        m[0].load(Ordering::Relaxed),
+                        m[1].load(Ordering::Relaxed),
+                        m[2].load(Ordering::Relaxed),
+                    );
                     // No call yet: min is still its identity.
                     metrics.push(if calls == 0 { (0, 0, 0) } else { (t, lo, hi) });
                 }
@@ -658,7 +677,11 @@ impl ThreadRegions {
     /// (raw, enabled, running). `tsc_last` puts the TSC read after the
     /// counters (at begin) rather than before (at end), so a region's time
     /// excludes most of the reading itself.
-    fn read(groups: &mut [GroupReader], out: &mut [i64], tsc_last: bool) -> Result<(), papirus_substrate::Error> {
+    fn read(
+        groups: &mut [GroupReader],
+        out: &mut [i64],
+        tsc_last: bool,
+    ) -> Result<(), papirus_substrate::Error> {
         let c = clock::clock();
         if !tsc_last {
             out[0] = c.raw() as i64;
@@ -883,11 +906,10 @@ mod tests {
 
     #[test]
     fn papi_spellings() {
-        assert_eq!(split_list(" PAPI_TOT_INS, perf::TASK-CLOCK ,,page-faults "), [
-            "PAPI_TOT_INS",
-            "perf::TASK-CLOCK",
-            "page-faults"
-        ]);
+        assert_eq!(
+            split_list(" PAPI_TOT_INS, perf::TASK-CLOCK ,,page-faults "),
+            ["PAPI_TOT_INS", "perf::TASK-CLOCK", "page-faults"]
+        );
         assert_eq!(translate("perf::TASK-CLOCK").unwrap(), "task-clock");
         assert_eq!(translate("PAPI_TOT_CYC=delta").unwrap(), "PAPI_TOT_CYC");
         assert_eq!(translate("cpu/event=0x3c/").unwrap(), "cpu/event=0x3c/");

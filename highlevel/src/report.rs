@@ -183,7 +183,11 @@ fn build(setup: &Setup) -> Report {
         format_version: FORMAT_VERSION,
         tool: "papirus".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        machine: setup.library.hwinfo().and_then(|h| serde_json::to_value(h).ok()).unwrap_or(serde_json::Value::Null),
+        machine: setup
+            .library
+            .hwinfo()
+            .and_then(|h| serde_json::to_value(h).ok())
+            .unwrap_or(serde_json::Value::Null),
         process: ProcessReport {
             pid: std::process::id(),
             command: std::env::args().collect(),

@@ -91,7 +91,10 @@ fn eight_threads_keep_their_own_regions() {
         let outer = &t.regions[0];
         assert_eq!((outer.name.as_str(), outer.calls), (format!("thread_work_{k}").as_str(), k as u64 + 1));
         let inner = &t.regions[1];
-        assert_eq!((inner.name.as_str(), inner.calls, inner.parent), ("shared_name", k as u64 + 1, Some(outer.id)));
+        assert_eq!(
+            (inner.name.as_str(), inner.calls, inner.parent),
+            ("shared_name", k as u64 + 1, Some(outer.id))
+        );
     }
 }
 
@@ -111,7 +114,10 @@ fn ending_in_another_thread_is_an_error() {
     tried_tx.send(()).unwrap();
     match err {
         RegionError::OtherThread { ref name, begun_in, ended_in } => {
-            assert_eq!((name.as_str(), begun_in, ended_in), ("handoff", owner_tid, papirus_lowlevel::thread_id()));
+            assert_eq!(
+                (name.as_str(), begun_in, ended_in),
+                ("handoff", owner_tid, papirus_lowlevel::thread_id())
+            );
         }
         other => panic!("expected OtherThread, got {other:?}"),
     }
@@ -230,7 +236,8 @@ fn sleep_does_not_use_the_cpu() {
     init();
     let mut tries = vec![];
     for i in 0..3 {
-        let (real, virt, util) = measure(&format!("sleep{i}"), || std::thread::sleep(Duration::from_millis(100)));
+        let (real, virt, util) =
+            measure(&format!("sleep{i}"), || std::thread::sleep(Duration::from_millis(100)));
         let cs = metric(&my_thread(&report::snapshot()), &format!("sleep{i}"), "context-switches");
         println!("sleep: real {real} ns, virtual {virt} ns, utilisation {util:.4}, {cs} context switches");
         assert!(real >= 100_000_000, "a 100 ms sleep took {real} ns of real time");
@@ -346,7 +353,11 @@ fn example(name: &str) -> PathBuf {
 #[test]
 fn report_is_written_at_exit() {
     let bin = example("region_exit");
-    assert!(bin.exists(), "{} missing: cargo test builds examples; run `cargo build -p papirus-highlevel --examples`", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: cargo test builds examples; run `cargo build -p papirus-highlevel --examples`",
+        bin.display()
+    );
     for how in ["return", "exit"] {
         let dir = out_dir().join(format!("exit-{how}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -388,7 +399,9 @@ fn report_is_written_at_exit() {
 mod rates_and_counters {
     use std::time::{Duration, Instant};
 
-    use papirus_highlevel::counters_api::{accum_counters, num_counters, read_counters, start_counters, stop_counters};
+    use papirus_highlevel::counters_api::{
+        accum_counters, num_counters, read_counters, start_counters, stop_counters,
+    };
     use papirus_highlevel::rates::{self, RateError};
     use papirus_lowlevel::Code;
 
@@ -403,7 +416,9 @@ mod rates_and_counters {
     #[test]
     fn hardware_rates_name_the_missing_event() {
         let pmu = num_counters().unwrap() > 0;
-        for (what, r) in [("ipc", rates::ipc().map(|_| ())), ("flops_rate", rates::flops_rate("PAPI_FP_OPS").map(|_| ()))] {
+        for (what, r) in
+            [("ipc", rates::ipc().map(|_| ())), ("flops_rate", rates::flops_rate("PAPI_FP_OPS").map(|_| ()))]
+        {
             match r {
                 Ok(()) => assert!(pmu, "{what} counted without hardware counters"),
                 Err(e @ RateError::MissingEvent { .. }) => {

@@ -304,6 +304,15 @@ pub fn clock_gettime(clock: libc::clockid_t) -> Result<u64, Errno> {
     Ok((ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64))
 }
 
+/// Restores the default action of SIGPIPE, which Rust's runtime ignores, so
+/// a command-line tool whose output goes to a closed pipe (`| head`) ends
+/// quietly as C tools do instead of failing on every write.
+pub fn default_sigpipe() {
+    // SAFETY: installing SIG_DFL for SIGPIPE takes no pointers and is done
+    // once at the start of main, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
 /// A scripted kernel for unit tests: opens hand out the write end of a
 /// pipe (so a test can see the descriptor close), reads return queued
 /// buffers, and failures are injected per call.

@@ -25,6 +25,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    papirus_substrate::sys::default_sigpipe();
     let args = Args::parse();
     match run(&args) {
         Ok(code) => code,

@@ -35,6 +35,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    papirus_substrate::sys::default_sigpipe();
     let args = Args::parse();
     let all = match native_statuses(false) {
         Ok(a) => a,

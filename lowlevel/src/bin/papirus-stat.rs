@@ -54,6 +54,7 @@ struct Row {
 }
 
 fn main() -> ExitCode {
+    papirus_substrate::sys::default_sigpipe();
     let args = Args::parse();
     match run(&args) {
         Ok(code) => code,

@@ -7,6 +7,7 @@ use papirus_substrate::hwinfo::HwInfo;
 const USAGE: &str = "usage: papirus-hwinfo [--json]";
 
 fn main() {
+    papirus_substrate::sys::default_sigpipe();
     let mut json = false;
     for arg in std::env::args().skip(1) {
         match arg.as_str() {
