@@ -73,7 +73,7 @@ pub enum RateError {
         event: String,
         /// Why, from the low-level layer.
         #[source]
-        source: papirus_lowlevel::Error,
+        source: Box<papirus_lowlevel::Error>,
     },
     /// An event the function does not take (PAPI's ENOEVNT).
     #[error("{function} takes one of {allowed:?}, not `{event}`")]
@@ -95,7 +95,7 @@ pub enum RateError {
         function: &'static str,
         /// The low-level error.
         #[source]
-        source: papirus_lowlevel::Error,
+        source: Box<papirus_lowlevel::Error>,
     },
 }
 
@@ -157,7 +157,8 @@ fn run(
             let (real, virt) = (real_nsec(), virt_nsec());
             st.values.iter_mut().for_each(|v| *v = 0);
             if let Some(set) = st.set.as_mut() {
-                set.accum(&mut st.values).map_err(|source| RateError::Counters { function, source })?;
+                set.accum(&mut st.values)
+                    .map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
             }
             let iv = Interval {
                 real_s: real.saturating_sub(st.real_ns) as f64 / 1e9,
@@ -174,24 +175,32 @@ fn run(
         let mut set = None;
         let mut has_ref = false;
         if !events.is_empty() {
-            let lib = papirus_lowlevel::init().map_err(|source| RateError::Counters { function, source })?;
+            let lib = papirus_lowlevel::init()
+                .map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
             let mut s = lib.event_set();
             for e in events {
                 s.add_named(e).map_err(|source| RateError::MissingEvent {
                     function,
                     event: (*e).to_string(),
-                    source,
+                    source: Box::new(source),
                 })?;
             }
             if let Some(o) = optional {
                 has_ref = s.add_named(o).is_ok();
             }
-            s.start().map_err(|source| RateError::Counters { function, source })?;
+            s.start().map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
             crate::region::settle_group_members();
             set = Some(s);
         }
         let n = events.len() + usize::from(has_ref);
-        *slot = Some(State { mode, set, has_ref, real_ns: real_nsec(), virt_ns: virt_nsec(), values: vec![0; n] });
+        *slot = Some(State {
+            mode,
+            set,
+            has_ref,
+            real_ns: real_nsec(),
+            virt_ns: virt_nsec(),
+            values: vec![0; n],
+        });
         Ok(None)
     })
 }
@@ -237,14 +246,15 @@ pub fn flips_rate(event: &str) -> Result<RateReading, RateError> {
 
 /// Instructions per cycle (`PAPI_ipc`): `count` is instructions, `rate` the IPC.
 pub fn ipc() -> Result<RateReading, RateError> {
-    Ok(run("ipc", Mode::Ipc, &["PAPI_TOT_INS", "PAPI_TOT_CYC"], None)?.map_or_else(RateReading::default, |iv| {
-        RateReading {
+    Ok(run("ipc", Mode::Ipc, &["PAPI_TOT_INS", "PAPI_TOT_CYC"], None)?.map_or_else(
+        RateReading::default,
+        |iv| RateReading {
             real_time_s: iv.real_s,
             proc_time_s: iv.proc_s,
             count: iv.values[0],
             rate: ratio(iv.values[0] as f64, iv.values[1] as f64),
-        }
-    }))
+        },
+    ))
 }
 
 /// Events per core cycle (`PAPI_epc`); `event` `None` counts instructions.
@@ -265,14 +275,15 @@ pub fn epc(event: Option<&str>) -> Result<EpcReading, RateError> {
 /// Any event (preset or perf syntax) per second of real time, with PAPI's
 /// call semantics: works here with software events such as `page-faults`.
 pub fn event_rate(event: &str) -> Result<RateReading, RateError> {
-    Ok(run("event_rate", Mode::Event(event.to_string()), &[event], None)?.map_or_else(RateReading::default, |iv| {
-        RateReading {
+    Ok(run("event_rate", Mode::Event(event.to_string()), &[event], None)?.map_or_else(
+        RateReading::default,
+        |iv| RateReading {
             real_time_s: iv.real_s,
             proc_time_s: iv.proc_s,
             count: iv.values[0],
             rate: ratio(iv.values[0] as f64, iv.real_s),
-        }
-    }))
+        },
+    ))
 }
 
 /// Real and virtual (thread CPU) time since the previous call, and their

@@ -59,7 +59,8 @@ use papirus_substrate::{Count, EventAttr, Kind, Target, clock, vclock};
 use serde::{Deserialize, Serialize};
 
 /// The events measured when neither the caller nor the environment chooses.
-pub const DEFAULT_EVENTS: [&str; 5] = ["task-clock", "page-faults", "context-switches", "cycles", "instructions"];
+pub const DEFAULT_EVENTS: [&str; 5] =
+    ["task-clock", "page-faults", "context-switches", "cycles", "instructions"];
 
 /// The built-in metrics every region has, before the events.
 pub const TIME_METRICS: [&str; 2] = ["real_time_ns", "virtual_time_ns"];
@@ -78,7 +79,9 @@ pub const DEFAULT_OUTPUT_DIRECTORY: &str = "papirus_output";
 #[non_exhaustive]
 pub enum RegionError {
     /// `region_end` of a name that is open nowhere.
-    #[error("region `{name}` ended in thread {thread} but was never begun: call region_begin(\"{name}\") first")]
+    #[error(
+        "region `{name}` ended in thread {thread} but was never begun: call region_begin(\"{name}\") first"
+    )]
     NotBegun {
         /// The region.
         name: String,
@@ -116,7 +119,7 @@ pub enum RegionError {
         event: String,
         /// Why, from the low-level layer (with the PAPI code).
         #[source]
-        source: papirus_lowlevel::Error,
+        source: Box<papirus_lowlevel::Error>,
     },
     /// An entry of an event list that is not an event name.
     #[error("bad event list entry `{entry}`: {reason}")]
@@ -140,7 +143,7 @@ pub enum RegionError {
         op: &'static str,
         /// The substrate's error.
         #[source]
-        source: papirus_substrate::Error,
+        source: Box<papirus_substrate::Error>,
     },
     /// The thread is exiting (its thread-locals are gone).
     #[error("the calling thread is exiting: regions cannot begin or end in thread-local destructors")]
@@ -276,22 +279,30 @@ impl Config {
     }
 
     fn resolve(&self) -> Result<Setup, RegionError> {
-        let library = papirus_lowlevel::init()
-            .map_err(|e| RegionError::Event { event: "(library initialisation)".into(), source: e })?;
+        let library = papirus_lowlevel::init().map_err(|e| RegionError::Event {
+            event: "(library initialisation)".into(),
+            source: Box::new(e),
+        })?;
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
-        let (source, requested): (EventSource, Vec<String>) = match (&self.events, env(ENV_EVENTS), env(ENV_PAPI_EVENTS)) {
-            (Some(list), _, _) => (EventSource::Caller, list.clone()),
-            (None, Some(v), _) => (EventSource::PapirusEvents, split_list(&v)),
-            (None, None, Some(v)) => (EventSource::PapiEvents, split_list(&v)),
-            (None, None, None) => (EventSource::Default, DEFAULT_EVENTS.iter().map(|s| s.to_string()).collect()),
-        };
+        let (source, requested): (EventSource, Vec<String>) =
+            match (&self.events, env(ENV_EVENTS), env(ENV_PAPI_EVENTS)) {
+                (Some(list), _, _) => (EventSource::Caller, list.clone()),
+                (None, Some(v), _) => (EventSource::PapirusEvents, split_list(&v)),
+                (None, None, Some(v)) => (EventSource::PapiEvents, split_list(&v)),
+                (None, None, None) => {
+                    (EventSource::Default, DEFAULT_EVENTS.iter().map(|s| s.to_string()).collect())
+                }
+            };
         let mut events = vec![];
         let mut plans = vec![];
         let mut unavailable = vec![];
         for entry in requested {
             let resolved = translate(&entry).and_then(|name| {
                 if events.iter().any(|e: &EventDef| e.name == name) {
-                    return Err(RegionError::EventSyntax { entry: entry.clone(), reason: "listed twice".into() });
+                    return Err(RegionError::EventSyntax {
+                        entry: entry.clone(),
+                        reason: "listed twice".into(),
+                    });
                 }
                 resolve_event(&library, &name)
             });
@@ -316,20 +327,23 @@ impl Config {
         let output_directory = self.output_directory.clone().unwrap_or_else(|| {
             env(ENV_OUTPUT_DIRECTORY).map_or_else(|| PathBuf::from(DEFAULT_OUTPUT_DIRECTORY), PathBuf::from)
         });
-        let metrics = TIME_METRICS.iter().map(|s| s.to_string()).chain(events.iter().map(|e| e.name.clone())).collect();
+        let metrics =
+            TIME_METRICS.iter().map(|s| s.to_string()).chain(events.iter().map(|e| e.name.clone())).collect();
         Ok(Setup { source, events, unavailable, output_directory, library, plans, metrics })
     }
 }
 
-/// The setup, made from the environment on first use.
-pub fn setup() -> &'static Setup {
+/// The setup, made from the environment on first use. Events from the
+/// environment that cannot be counted are dropped, so this fails only when
+/// the low-level library cannot initialise.
+pub fn setup() -> Result<&'static Setup, RegionError> {
     if let Some(s) = SETUP.get() {
-        return s;
+        return Ok(s);
     }
-    // Racing first calls resolve twice; one wins, the same way.
     match Config::new().install() {
-        Ok(s) => s,
-        Err(_) => SETUP.get().expect("either this install or a concurrent one set it up"),
+        // A concurrent first call won the race: use its setup.
+        Err(RegionError::AlreadyConfigured) => SETUP.get().ok_or(RegionError::AlreadyConfigured),
+        r => r,
     }
 }
 
@@ -356,13 +370,18 @@ pub fn translate(entry: &str) -> Result<String, RegionError> {
         Some(k) => {
             return Err(RegionError::EventSyntax {
                 entry: entry.into(),
-                reason: format!("event type `{k}` is not supported: regions measure deltas (`NAME=delta` or plain `NAME`)"),
+                reason: format!(
+                    "event type `{k}` is not supported: regions measure deltas (`NAME=delta` or plain `NAME`)"
+                ),
             });
         }
     }
     if let Some(rest) = name.strip_prefix("perf::") {
         if rest.is_empty() {
-            return Err(RegionError::EventSyntax { entry: entry.into(), reason: "empty name after `perf::`".into() });
+            return Err(RegionError::EventSyntax {
+                entry: entry.into(),
+                reason: "empty name after `perf::`".into(),
+            });
         }
         // PAPI upper-cases perf's names; the hw-cache names keep their own case.
         return Ok(if native::resolve(rest).is_ok() { rest.to_string() } else { rest.to_ascii_lowercase() });
@@ -377,7 +396,7 @@ pub fn translate(entry: &str) -> Result<String, RegionError> {
 /// perf syntax, and says why an event cannot be counted), opening it once
 /// on this thread to be sure it counts.
 fn resolve_event(lib: &Library, name: &str) -> Result<(EventDef, (Vec<EventAttr>, Derivation)), RegionError> {
-    let err = |source| RegionError::Event { event: name.to_string(), source };
+    let err = |source| RegionError::Event { event: name.to_string(), source: Box::new(source) };
     let mut probe = lib.event_set();
     probe.add_named(name).map_err(err)?;
     let info = probe.events().into_iter().next().ok_or_else(|| {
@@ -445,7 +464,8 @@ pub(crate) struct RegionSample {
 
 impl RegionCell {
     fn new(name: &str, id: u32, parent: Option<u32>, metrics: usize) -> RegionCell {
-        let values = (0..metrics * 3).map(|i| AtomicI64::new(if i % 3 == 1 { i64::MAX } else { 0 })).collect();
+        let values =
+            (0..metrics * 3).map(|i| AtomicI64::new(if i % 3 == 1 { i64::MAX } else { 0 })).collect();
         RegionCell {
             name: name.into(),
             id,
@@ -497,8 +517,11 @@ impl RegionCell {
                 let calls = self.calls.load(Ordering::Relaxed);
                 let open = self.open.load(Ordering::Relaxed);
                 for m in self.values.chunks_exact(3) {
-                    let (t, lo, hi) =
-                        (m[0].load(Ordering::Relaxed), m[1].load(Ordering::Relaxed), m[2].load(Ordering::Relaxed));
+                    let (t, lo, hi) = (
+                        m[0].load(Ordering::Relaxed),
+                        m[1].load(Ordering::Relaxed),
+                        m[2].load(Ordering::Relaxed),
+                    );
                     // No call yet: min is still its identity.
                     metrics.push(if calls == 0 { (0, 0, 0) } else { (t, lo, hi) });
                 }
@@ -576,9 +599,9 @@ const NO_PARENT: u32 = u32::MAX;
 
 impl ThreadRegions {
     fn new() -> Result<ThreadRegions, RegionError> {
-        let setup = setup();
+        let setup = setup()?;
         let tid = thread_id();
-        let counters = |op, source| RegionError::Counters { thread: tid, op, source };
+        let counters = |op, source| RegionError::Counters { thread: tid, op, source: Box::new(source) };
         let mut event_terms = vec![];
         let mut all: Vec<(usize, EventAttr)> = vec![];
         for (attrs, _) in &setup.plans {
@@ -658,7 +681,11 @@ impl ThreadRegions {
     /// (raw, enabled, running). `tsc_last` puts the TSC read after the
     /// counters (at begin) rather than before (at end), so a region's time
     /// excludes most of the reading itself.
-    fn read(groups: &mut [GroupReader], out: &mut [i64], tsc_last: bool) -> Result<(), papirus_substrate::Error> {
+    fn read(
+        groups: &mut [GroupReader],
+        out: &mut [i64],
+        tsc_last: bool,
+    ) -> Result<(), papirus_substrate::Error> {
         let c = clock::clock();
         if !tsc_last {
             out[0] = c.raw() as i64;
@@ -716,7 +743,7 @@ impl ThreadRegions {
         Self::read(&mut self.groups, slot, true).map_err(|e| RegionError::Counters {
             thread: self.shared.tid,
             op: "read",
-            source: e,
+            source: Box::new(e),
         })?;
         self.cells[node as usize].opened();
         self.stack.push(node);
@@ -757,7 +784,7 @@ impl ThreadRegions {
             self.stack.pop();
         });
         self.now = now;
-        result.map_err(|e| RegionError::Counters { thread: tid, op: "read", source: e })
+        result.map_err(|e| RegionError::Counters { thread: tid, op: "read", source: Box::new(e) })
     }
 }
 
@@ -883,11 +910,10 @@ mod tests {
 
     #[test]
     fn papi_spellings() {
-        assert_eq!(split_list(" PAPI_TOT_INS, perf::TASK-CLOCK ,,page-faults "), [
-            "PAPI_TOT_INS",
-            "perf::TASK-CLOCK",
-            "page-faults"
-        ]);
+        assert_eq!(
+            split_list(" PAPI_TOT_INS, perf::TASK-CLOCK ,,page-faults "),
+            ["PAPI_TOT_INS", "perf::TASK-CLOCK", "page-faults"]
+        );
         assert_eq!(translate("perf::TASK-CLOCK").unwrap(), "task-clock");
         assert_eq!(translate("PAPI_TOT_CYC=delta").unwrap(), "PAPI_TOT_CYC");
         assert_eq!(translate("cpu/event=0x3c/").unwrap(), "cpu/event=0x3c/");

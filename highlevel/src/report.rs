@@ -183,7 +183,11 @@ fn build(setup: &Setup) -> Report {
         format_version: FORMAT_VERSION,
         tool: "papirus".into(),
         version: env!("CARGO_PKG_VERSION").into(),
-        machine: setup.library.hwinfo().and_then(|h| serde_json::to_value(h).ok()).unwrap_or(serde_json::Value::Null),
+        machine: setup
+            .library
+            .hwinfo()
+            .and_then(|h| serde_json::to_value(h).ok())
+            .unwrap_or(serde_json::Value::Null),
         process: ProcessReport {
             pid: std::process::id(),
             command: std::env::args().collect(),
@@ -198,8 +202,8 @@ fn build(setup: &Setup) -> Report {
 
 /// The report of everything measured so far, without writing it. Sets
 /// regions up from the environment if nothing has yet.
-pub fn snapshot() -> Report {
-    build(setup())
+pub fn snapshot() -> Result<Report, RegionError> {
+    Ok(build(setup()?))
 }
 
 /// The report as text: the same numbers as the JSON, one table per region.
@@ -258,7 +262,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RegionError> {
 
 /// Writes the JSON and text reports now; returns the JSON file's path.
 pub fn flush() -> Result<PathBuf, RegionError> {
-    let setup = setup();
+    let setup = setup()?;
     let report = build(setup);
     let dir = &setup.output_directory;
     std::fs::create_dir_all(dir).map_err(|source| RegionError::Io { path: dir.clone(), source })?;

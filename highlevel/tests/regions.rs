@@ -53,7 +53,7 @@ fn nesting_fifty_deep() {
         }
         assert_eq!(region::depth(), 0);
     }
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     let mut prev: Option<&report::RegionReport> = None;
     for n in &names {
         let g = me.regions.iter().find(|g| &g.name == n).unwrap();
@@ -83,7 +83,7 @@ fn eight_threads_keep_their_own_regions() {
         })
         .collect();
     let tids: Vec<i32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let r = report::snapshot();
+    let r = report::snapshot().unwrap();
     for (k, tid) in tids.iter().enumerate() {
         let t = r.process.threads.iter().find(|t| t.tid == *tid).expect("thread reported");
         assert!(t.exited);
@@ -91,7 +91,10 @@ fn eight_threads_keep_their_own_regions() {
         let outer = &t.regions[0];
         assert_eq!((outer.name.as_str(), outer.calls), (format!("thread_work_{k}").as_str(), k as u64 + 1));
         let inner = &t.regions[1];
-        assert_eq!((inner.name.as_str(), inner.calls, inner.parent), ("shared_name", k as u64 + 1, Some(outer.id)));
+        assert_eq!(
+            (inner.name.as_str(), inner.calls, inner.parent),
+            ("shared_name", k as u64 + 1, Some(outer.id))
+        );
     }
 }
 
@@ -111,7 +114,10 @@ fn ending_in_another_thread_is_an_error() {
     tried_tx.send(()).unwrap();
     match err {
         RegionError::OtherThread { ref name, begun_in, ended_in } => {
-            assert_eq!((name.as_str(), begun_in, ended_in), ("handoff", owner_tid, papirus_lowlevel::thread_id()));
+            assert_eq!(
+                (name.as_str(), begun_in, ended_in),
+                ("handoff", owner_tid, papirus_lowlevel::thread_id())
+            );
         }
         other => panic!("expected OtherThread, got {other:?}"),
     }
@@ -139,7 +145,7 @@ fn misuse_is_reported_and_loses_nothing() {
     assert_eq!(region::depth(), 2);
     region_end("inner_m").unwrap();
     region_end("outer_m").unwrap();
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     for n in ["outer_m", "inner_m"] {
         let g = me.regions.iter().find(|g| g.name == n).unwrap();
         assert_eq!((g.calls, g.open), (1, 0), "{n}");
@@ -151,7 +157,7 @@ fn misuse_is_reported_and_loses_nothing() {
 }
 
 fn metric(t: &ThreadReport, region: &str, m: &str) -> i64 {
-    let g = t.regions.iter().filter(|g| g.name == region).last().unwrap();
+    let g = t.regions.iter().rfind(|g| g.name == region).unwrap();
     g.metrics[m].total
 }
 
@@ -160,7 +166,7 @@ fn measure(name: &str, f: impl FnOnce()) -> (i64, i64, f64) {
     region_begin(name).unwrap();
     f();
     region_end(name).unwrap();
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     let g = me.regions.iter().find(|g| g.name == name).unwrap();
     assert_eq!(g.calls, 1);
     (g.metrics["real_time_ns"].total, g.metrics["virtual_time_ns"].total, g.derived["cpu_utilisation"])
@@ -230,8 +236,9 @@ fn sleep_does_not_use_the_cpu() {
     init();
     let mut tries = vec![];
     for i in 0..3 {
-        let (real, virt, util) = measure(&format!("sleep{i}"), || std::thread::sleep(Duration::from_millis(100)));
-        let cs = metric(&my_thread(&report::snapshot()), &format!("sleep{i}"), "context-switches");
+        let (real, virt, util) =
+            measure(&format!("sleep{i}"), || std::thread::sleep(Duration::from_millis(100)));
+        let cs = metric(&my_thread(&report::snapshot().unwrap()), &format!("sleep{i}"), "context-switches");
         println!("sleep: real {real} ns, virtual {virt} ns, utilisation {util:.4}, {cs} context switches");
         assert!(real >= 100_000_000, "a 100 ms sleep took {real} ns of real time");
         assert!(cs >= 1, "a sleep switches the thread out at least once");
@@ -246,14 +253,14 @@ fn sleep_does_not_use_the_cpu() {
 #[test]
 fn fresh_page_touches_are_counted() {
     init();
-    let setup = region::setup();
+    let setup = region::setup().unwrap();
     assert!(setup.metrics.iter().any(|m| m == "page-faults"), "default events: {:?}", setup.metrics);
     let mut buf = fresh_buffer(1000);
     region_begin("touch").unwrap();
     touch(&mut buf, 1000);
     region_end("touch").unwrap();
     std::hint::black_box(&buf);
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     let faults = metric(&me, "touch", "page-faults");
     println!("1000 page touches: {faults} page faults");
     assert!(faults >= 1000, "1000 fresh page touches gave {faults} page faults");
@@ -262,7 +269,7 @@ fn fresh_page_touches_are_counted() {
 #[test]
 fn default_events_measure_what_exists() {
     init();
-    let s = region::setup();
+    let s = region::setup().unwrap();
     for must in ["task-clock", "page-faults", "context-switches"] {
         assert!(s.events.iter().any(|e| e.name == must), "{must} missing from {:?}", s.events);
     }
@@ -346,7 +353,11 @@ fn example(name: &str) -> PathBuf {
 #[test]
 fn report_is_written_at_exit() {
     let bin = example("region_exit");
-    assert!(bin.exists(), "{} missing: cargo test builds examples; run `cargo build -p papirus-highlevel --examples`", bin.display());
+    assert!(
+        bin.exists(),
+        "{} missing: cargo test builds examples; run `cargo build -p papirus-highlevel --examples`",
+        bin.display()
+    );
     for how in ["return", "exit"] {
         let dir = out_dir().join(format!("exit-{how}"));
         let _ = std::fs::remove_dir_all(&dir);
@@ -388,7 +399,9 @@ fn report_is_written_at_exit() {
 mod rates_and_counters {
     use std::time::{Duration, Instant};
 
-    use papirus_highlevel::counters_api::{accum_counters, num_counters, read_counters, start_counters, stop_counters};
+    use papirus_highlevel::counters_api::{
+        accum_counters, num_counters, read_counters, start_counters, stop_counters,
+    };
     use papirus_highlevel::rates::{self, RateError};
     use papirus_lowlevel::Code;
 
@@ -403,7 +416,9 @@ mod rates_and_counters {
     #[test]
     fn hardware_rates_name_the_missing_event() {
         let pmu = num_counters().unwrap() > 0;
-        for (what, r) in [("ipc", rates::ipc().map(|_| ())), ("flops_rate", rates::flops_rate("PAPI_FP_OPS").map(|_| ()))] {
+        for (what, r) in
+            [("ipc", rates::ipc().map(|_| ())), ("flops_rate", rates::flops_rate("PAPI_FP_OPS").map(|_| ()))]
+        {
             match r {
                 Ok(()) => assert!(pmu, "{what} counted without hardware counters"),
                 Err(e @ RateError::MissingEvent { .. }) => {
