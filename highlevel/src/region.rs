@@ -922,6 +922,28 @@ mod tests {
     }
 
     #[test]
+    fn caller_events_must_all_work() {
+        let err = Config::new().events(["page-faults", "no-such-event-x"]).resolve().unwrap_err();
+        assert!(matches!(&err, RegionError::Event { event, .. } if event == "no-such-event-x"), "{err:?}");
+        let ok = Config::new().events(["page-faults", "PAPI_TOT_CYC=delta"]).resolve();
+        let no_pmu = papirus_lowlevel::init().unwrap().machine().hw_counters == Some(0);
+        match ok {
+            Ok(s) => {
+                assert!(!no_pmu, "cycles resolved without a PMU");
+                assert_eq!(s.metrics, ["real_time_ns", "virtual_time_ns", "page-faults", "PAPI_TOT_CYC"]);
+            }
+            Err(e) => {
+                assert!(no_pmu, "{e}");
+                assert!(e.to_string().contains("PAPI_TOT_CYC"), "{e}");
+                println!("{e}");
+            }
+        }
+        let s = Config::new().events(Vec::<String>::new()).resolve().unwrap();
+        assert_eq!(s.metrics, TIME_METRICS);
+        assert_eq!(s.source, EventSource::Caller);
+    }
+
+    #[test]
     fn multiplexed_deltas_scale() {
         assert_eq!(scaled_delta(&[10, 100, 100], &[30, 200, 200]), 20);
         // Counted half the interval: doubled.

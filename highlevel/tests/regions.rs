@@ -154,6 +154,18 @@ fn misuse_is_reported_and_loses_nothing() {
     let g = region("guarded_m").unwrap();
     g.end().unwrap();
     assert_eq!(region::depth(), 0);
+    // A guard whose region cannot end (an inner one is still open) counts
+    // the error for the report instead of losing it; the region stays open.
+    let before = my_thread(&report::snapshot().unwrap()).guard_errors;
+    {
+        let _g = region("guard_outer_m").unwrap();
+        region_begin("left_open_m").unwrap();
+    }
+    assert_eq!(my_thread(&report::snapshot().unwrap()).guard_errors, before + 1);
+    region_end("left_open_m").unwrap();
+    region_end("guard_outer_m").unwrap();
+    assert_eq!(region::depth(), 0);
+    assert!(matches!(Config::new().install(), Err(RegionError::AlreadyConfigured)));
 }
 
 fn metric(t: &ThreadReport, region: &str, m: &str) -> i64 {
