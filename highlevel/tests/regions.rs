@@ -405,6 +405,31 @@ fn report_is_written_at_exit() {
         assert_eq!((worker.regions[0].name.as_str(), worker.regions[0].calls), ("worker_loop", 3));
         assert!(json.with_extension("txt").exists());
     }
+    // PAPI's variable, in PAPI's spelling, when papirus' own is unset.
+    let dir = out_dir().join("exit-papi-events");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(&bin)
+        .env("PAPIRUS_OUTPUT_DIRECTORY", &dir)
+        .env_remove("PAPIRUS_EVENTS")
+        .env("PAPI_EVENTS", "perf::PAGE-FAULTS=delta")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let json = dir.join(format!("papirus_{}.json", out_pid(&dir)));
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r.process.event_source, region::EventSource::PapiEvents);
+    let names: Vec<&str> = r.process.events.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["page-faults"]);
+}
+
+/// The pid in the name of the one JSON report in `dir`.
+fn out_pid(dir: &Path) -> u32 {
+    let name = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.ends_with(".json"))
+        .expect("a JSON report");
+    name.trim_start_matches("papirus_").trim_end_matches(".json").parse().unwrap()
 }
 
 /// PAPI's rate functions and the classic counters API.
