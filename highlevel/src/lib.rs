@@ -3,7 +3,7 @@
 //! another thread can sample, predicates guarding them, and folding time
 //! histograms.
 //!
-//! * [`region`]: `region_begin`/`region_end` and the [`Region`] guard,
+//! * [`region`](mod@region): `region_begin`/`region_end` and the [`Region`] guard,
 //!   per thread and nested, measured with real and virtual time and perf
 //!   events chosen by [`Config`] or `PAPIRUS_EVENTS`/`PAPI_EVENTS`.
 //! * [`report`]: the per-process JSON report (schema in

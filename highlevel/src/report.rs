@@ -190,7 +190,7 @@ fn build(setup: &Setup) -> Report {
             .unwrap_or(serde_json::Value::Null),
         process: ProcessReport {
             pid: std::process::id(),
-            command: std::env::args().collect(),
+            command: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect(),
             event_source: setup.source,
             events: setup.events.clone(),
             unavailable_events: setup.unavailable.clone(),
