@@ -32,10 +32,14 @@
 //!
 //! # Reset
 //!
-//! `start`, `reset` and `accum` take a snapshot of the counts and times
-//! instead of issuing `PERF_EVENT_IOC_RESET`: one `read(2)` gives values and
-//! times at the same instant, so a multiplexed set's scaling after a reset
-//! uses the times since that reset only.
+//! `start`, `reset` and `accum` move a software zero (a snapshot of counts
+//! and times) instead of issuing `PERF_EVENT_IOC_RESET`: one `read(2)` gives
+//! values and times at the same instant, so a multiplexed set's scaling
+//! after a reset uses the times since that reset only. `start` needs no
+//! read at all for a fresh set (everything is 0) or after `stop` (a
+//! disabled event does not change, so the values `stop` read are the zero),
+//! except with process granularity, where exiting children add their
+//! counts even to a disabled event.
 
 use std::fmt;
 
@@ -185,6 +189,21 @@ struct Opened {
     base: Vec<Snapshot>,
     scratch: Vec<GroupCounts>,
     target: Target,
+    /// What `start` must do to zero the counters.
+    zero: Zero,
+}
+
+/// How `start` finds the zero of the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Zero {
+    /// Never enabled: counts and times are 0, the default snapshot.
+    Fresh,
+    /// `scratch` holds a read taken while disabled, and a disabled,
+    /// uninherited event does not change: rebase on it, no syscall.
+    LastRead,
+    /// Read the counters (inherited events gain exited children's counts
+    /// even while disabled).
+    Read,
 }
 
 /// A PAPI event set. See the [module documentation](self).
@@ -292,8 +311,25 @@ impl EventSet {
             },
             attrs: vec![attr],
         };
-        self.push(entry)?;
-        Ok(resolved.code)
+        let fallback = (entry.attrs[0].domain_value() != Domain::USER
+            && self.options.domain.is_none()
+            && !native::has_modifier(&entry.info.name))
+        .then(|| entry.clone());
+        match (self.push(entry), fallback) {
+            (Ok(()), _) => Ok(resolved.code),
+            // As perf does: a default domain with the kernel in it is refused
+            // at perf_event_paranoid ≥ 2 without CAP_PERFMON; count user space.
+            (Err(Error::Substrate(papirus_substrate::Error::Permission { .. })), Some(mut entry)) => {
+                entry.attrs[0].domain(Domain::USER);
+                entry.info.note = Some(
+                    "user space only: counting the kernel is not permitted here (perf_event_paranoid ≥ 2 without CAP_PERFMON)"
+                        .into(),
+                );
+                self.push(entry)?;
+                Ok(resolved.code)
+            }
+            (Err(e), _) => Err(e),
+        }
     }
 
     fn add_preset(&mut self, name: &str, code: u32) -> Result<u32> {
@@ -653,9 +689,11 @@ impl EventSet {
             base: vec![Snapshot::default(); n],
             scratch: vec![GroupCounts::default(); n],
             target,
+            zero: if self.options.granularity == Granularity::Process { Zero::Read } else { Zero::Fresh },
         };
         if hw > 0 && !self.options.multiplex {
             check_schedulable(&mut opened, &self.entries)?;
+            opened.zero = Zero::Read;
         }
         self.opened = Some(opened);
         Ok(())
@@ -687,8 +725,15 @@ impl EventSet {
             });
         }
         let opened = self.opened.as_mut().ok_or(Error::EmptySet)?;
-        let r = snapshot(opened)
-            .and_then(|()| opened.groups.iter().try_for_each(|g| g.enable().map_err(Error::from)));
+        let zeroed = match opened.zero {
+            Zero::Fresh => Ok(()),
+            Zero::LastRead => {
+                rebase(opened);
+                Ok(())
+            }
+            Zero::Read => snapshot(opened),
+        };
+        let r = zeroed.and_then(|()| opened.groups.iter().try_for_each(|g| g.enable().map_err(Error::from)));
         if let Err(e) = r {
             for g in &opened.groups {
                 let _ = g.disable();
@@ -724,7 +769,12 @@ impl EventSet {
         if let Some(e) = first_err {
             return Err(e);
         }
-        self.read_values(values, None)
+        self.read_values(values, None)?;
+        let inherit = self.options.granularity == Granularity::Process;
+        if let Some(o) = self.opened.as_mut() {
+            o.zero = if inherit { Zero::Read } else { Zero::LastRead };
+        }
+        Ok(())
     }
 
     fn check_len(&self, got: usize) -> Result<()> {
@@ -778,7 +828,9 @@ impl EventSet {
             for (v, n) in values.iter_mut().zip(&now) {
                 *v = v.saturating_add(*n);
             }
-            self.rebase();
+            if let Some(o) = self.opened.as_mut() {
+                rebase(o);
+            }
         }
         self.tmp = now;
         r
@@ -788,16 +840,6 @@ impl EventSet {
     pub fn reset(&mut self) -> Result<()> {
         let opened = self.opened(SetOp::Reset)?;
         snapshot(opened)
-    }
-
-    /// Makes the counts just read the new zero.
-    fn rebase(&mut self) {
-        if let Some(o) = self.opened.as_mut() {
-            for (g, (group, counts)) in o.groups.iter().zip(&o.scratch).enumerate() {
-                let raw = group.members().map(|m| counts.get(&m).map_or(0, |c| c.raw)).collect();
-                o.base[g] = Snapshot { raw, enabled: counts.time_enabled(), running: counts.time_running() };
-            }
-        }
     }
 
     /// perf cannot load a value into a counter: always ENOSUPP.
@@ -899,13 +941,20 @@ fn scale(raw: i64, enabled: u64, running: u64) -> i64 {
     v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
+/// Makes the counts last read into `scratch` the new zero.
+fn rebase(o: &mut Opened) {
+    for (g, (group, counts)) in o.groups.iter().zip(&o.scratch).enumerate() {
+        let raw = group.members().map(|m| counts.get(&m).map_or(0, |c| c.raw)).collect();
+        o.base[g] = Snapshot { raw, enabled: counts.time_enabled(), running: counts.time_running() };
+    }
+}
+
+/// Reads every group and makes the counts the new zero.
 fn snapshot(o: &mut Opened) -> Result<()> {
     for (g, group) in o.groups.iter().enumerate() {
         group.read_into(&mut o.scratch[g]).map_err(|e| conflict_on_error_state(e, group))?;
-        let c = &o.scratch[g];
-        let raw = group.members().map(|m| c.get(&m).map_or(0, |c| c.raw)).collect();
-        o.base[g] = Snapshot { raw, enabled: c.time_enabled(), running: c.time_running() };
     }
+    rebase(o);
     Ok(())
 }
 
@@ -1041,9 +1090,15 @@ mod tests {
         let (lib, k) = lib(4);
         let mut s = lib.event_set();
         s.add_all(["task-clock", "page-faults"]).unwrap();
+        // A fresh set starts from zero without reading.
+        s.start().unwrap();
         k.set_value(PERF_TYPE_SOFTWARE, 1, 100);
         k.set_value(PERF_TYPE_SOFTWARE, 2, 7);
+        assert_eq!(s.stop().unwrap(), vec![100, 7]);
+        // A restart rebases on the values read at stop, again without reading.
+        let reads = k.reads();
         s.start().unwrap();
+        assert_eq!(k.reads(), reads, "start after stop issues no read");
         k.set_value(PERF_TYPE_SOFTWARE, 1, 150);
         k.set_value(PERF_TYPE_SOFTWARE, 2, 9);
         assert_eq!(s.read().unwrap(), vec![50, 2]);
@@ -1213,6 +1268,21 @@ mod tests {
         assert_eq!(s.len(), 1);
         s.start().unwrap();
         assert_eq!(s.stop().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_refused_default_kernel_domain_falls_back_to_user_space() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        // context-switches defaults to every domain; refuse it as paranoid 2 does.
+        k.fail_open_config(3, libc::EACCES);
+        let e = s.add_named("context-switches:uk").unwrap_err();
+        assert_eq!(e.code(), Code::Eperm, "an explicit domain is not changed: {e}");
+        k.fail_open_config(3, 0);
+        k.refuse_kernel_domain(true);
+        s.add_named("context-switches").unwrap();
+        assert!(s.events()[0].note.as_deref().unwrap().starts_with("user space only"));
+        assert!(k.open_events().iter().all(|e| e.exclude_kernel));
     }
 
     #[test]

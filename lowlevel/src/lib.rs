@@ -28,7 +28,9 @@ pub mod library;
 #[cfg(test)]
 mod mock;
 pub mod native;
+pub mod overflow;
 pub mod preset;
+pub mod profil;
 
 pub use error::{Code, Error, Result, SetOp};
 pub use eventset::{EventInfo, EventSet, Granularity, Options, Status, Value};

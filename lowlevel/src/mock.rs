@@ -25,6 +25,7 @@ pub(crate) struct Event {
     pub inherit: bool,
     pub pid: i32,
     pub cpu: i32,
+    pub exclude_kernel: bool,
 }
 
 #[derive(Debug, Default)]
@@ -40,6 +41,8 @@ struct State {
     counters: usize,
     fail_open: Option<(u64, Errno)>,
     ioctls: Vec<Ioctl>,
+    reads: usize,
+    refuse_kernel: bool,
 }
 
 fn is_open(s: &UnixStream) -> bool {
@@ -98,6 +101,11 @@ impl MockKernel {
         self.st().fail_open = Some((config, Errno(errno)));
     }
 
+    /// Opens that count the kernel fail with EACCES (perf_event_paranoid 2).
+    pub fn refuse_kernel_domain(&self, on: bool) {
+        self.st().refuse_kernel = on;
+    }
+
     /// Events currently open.
     pub fn open_events(&self) -> Vec<Event> {
         live(&self.st()).cloned().collect()
@@ -106,6 +114,11 @@ impl MockKernel {
     /// Ioctls issued so far.
     pub fn ioctls(&self) -> Vec<Ioctl> {
         self.st().ioctls.clone()
+    }
+
+    /// read(2) calls so far.
+    pub fn reads(&self) -> usize {
+        self.st().reads
     }
 
     /// Descriptors handed out and not yet closed.
@@ -130,8 +143,12 @@ impl Sys for MockKernel {
         let mut st = self.st();
         if let Some((config, errno)) = st.fail_open
             && config == attr.config
+            && errno.0 != 0
         {
             return Err(errno);
+        }
+        if st.refuse_kernel && attr.exclude_kernel() == 0 {
+            return Err(Errno(libc::EACCES));
         }
         let leader = match group_fd {
             Some(fd) => Some(self.id_of(&st, fd)?),
@@ -152,6 +169,7 @@ impl Sys for MockKernel {
             inherit: attr.inherit() != 0,
             pid,
             cpu,
+            exclude_kernel: attr.exclude_kernel() != 0,
         };
         st.events.push((ev, ours));
         Ok(fd)
@@ -170,7 +188,8 @@ impl Sys for MockKernel {
     }
 
     fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
-        let st = self.st();
+        let mut st = self.st();
+        st.reads += 1;
         let id = self.id_of(&st, fd)?;
         let members: Vec<&Event> = live(&st).filter(|e| e.id == id || e.leader == Some(id)).collect();
         let hw = members.iter().filter(|e| hardware(e.type_)).count();

@@ -93,7 +93,7 @@ pub fn resolve(name: &str) -> Result<Resolved> {
 }
 
 /// Whether `name` ends with perf modifiers (`:u`, `:uk`, `/k`).
-fn has_modifier(name: &str) -> bool {
+pub(crate) fn has_modifier(name: &str) -> bool {
     let name = name.trim();
     let tail = match (name.rfind(':'), name.rfind('/')) {
         (Some(c), Some(s)) => &name[c.max(s) + 1..],

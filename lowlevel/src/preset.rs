@@ -683,6 +683,59 @@ mod tests {
         assert_eq!(resolve(ICL, "PAPI_TLB_IM"), ("NOT_DERIVED".into(), vec![0x0e85]));
     }
 
+    /// Every preset on every CPU the table knows, as text: the meaning of
+    /// `data/presets.csv`, pinned by `tests/golden/presets-by-cpu.txt`.
+    /// `PAPIRUS_BLESS=1 cargo test -p papirus-lowlevel --lib golden` rewrites it.
+    #[test]
+    fn golden_resolution_of_every_preset() {
+        let other = Cpu { vendor: Vendor::Other, family: 0, model: 0 };
+        let mut out = String::from(
+            "# format_version 1: preset -> first definition per CPU (raw configs for core events)\n",
+        );
+        for (label, cpu) in [
+            ("zen2", ZEN2),
+            ("zen3", ZEN3),
+            ("zen4", ZEN4),
+            ("zen5", ZEN5),
+            ("skylake", SKL),
+            ("skylake-x", SKX),
+            ("icelake", ICL),
+            ("other", other),
+        ] {
+            out.push_str(&format!("[{label}: {cpu}]\n"));
+            for p in presets() {
+                let defs = PresetTable::builtin().definitions(&cpu, p.name);
+                let line = match defs.first() {
+                    None => "-".to_string(),
+                    Some(d) => {
+                        let terms: Vec<String> = d
+                            .terms
+                            .iter()
+                            .map(|t| {
+                                t.core_attr()
+                                    .map_or(t.text().to_string(), |a| format!("{:#x}", a.config_value()))
+                            })
+                            .collect();
+                        let alts = if defs.len() > 1 {
+                            format!(" (+{} alternatives)", defs.len() - 1)
+                        } else {
+                            String::new()
+                        };
+                        format!("{} {}{alts}", d.derivation.papi_name(), terms.join(","))
+                    }
+                };
+                out.push_str(&format!("{} {line}\n", p.name));
+            }
+        }
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/presets-by-cpu.txt");
+        if std::env::var_os("PAPIRUS_BLESS").is_some() {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &out).unwrap();
+        }
+        let golden = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(golden == out, "preset resolution changed; inspect and rerun with PAPIRUS_BLESS=1");
+    }
+
     #[test]
     fn other_cpus_fall_back_to_perf_generic_events() {
         let arm = Cpu { vendor: Vendor::Other, family: 0, model: 0 };

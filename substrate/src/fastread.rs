@@ -404,7 +404,6 @@ mod tests {
     use crate::sys::{Ioctl, perf_event_attr};
     use std::os::fd::{BorrowedFd, OwnedFd};
     use std::sync::Mutex;
-    use std::time::Duration;
 
     /// A kernel with rdpmc-capable pages: one image per opened event, ids
     /// 1, 2, 3…, and reads that must not happen on the user-space path.
@@ -477,9 +476,15 @@ mod tests {
         std::thread::sleep(crate::vclock::MAX_SYNC_INTERVAL * 2);
         // The interval forces a resync, which finds the same value: frozen.
         assert_eq!(c.read().unwrap().1, ReadPath::Resync);
-        std::thread::sleep(Duration::from_micros(50));
+        // Frozen: the value stays 7 whichever path the read takes. It is a
+        // user-space read unless this thread was descheduled past the sync
+        // interval in between (a loaded machine), which forces a resync.
+        let since = std::time::Instant::now();
         let (v, path) = c.read().unwrap();
-        assert_eq!((v.raw, path), (7, ReadPath::UserSpace), "a stopped event must not advance");
+        assert_eq!(v.raw, 7, "a stopped event must not advance");
+        if since.elapsed() < crate::vclock::MAX_SYNC_INTERVAL / 2 {
+            assert_eq!(path, ReadPath::UserSpace);
+        }
         // A page update (an enable, a context switch) resyncs.
         k.images.lock().unwrap()[0].bump_lock(2);
         assert_eq!(c.read().unwrap().1, ReadPath::Resync);

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::arch;
 use crate::clock::{ClockInfo, clock};
+use crate::vclock::{ThreadClock, VirtMethod};
 
 /// The version of the JSON layout `papirus-hwinfo --json` prints.
 pub const FORMAT_VERSION: u32 = 1;
@@ -91,6 +92,8 @@ pub struct HwInfo {
     pub caches: Vec<Cache>,
     /// The real-time clock setup: TSC frequency, how found, usability.
     pub clock: ClockInfo,
+    /// How virtual (thread CPU) time is read here (see [`crate::vclock`]).
+    pub virtual_time: VirtMethod,
     /// The hypervisor, if CPUID reports one.
     pub hypervisor: Option<Hypervisor>,
     /// Hardware counters.
@@ -195,7 +198,7 @@ impl HwInfo {
     }
 
     /// Collects with `/proc` and `/sys` taken under `root` (CPUID and the
-    /// clock always come from this machine).
+    /// clocks always come from this machine).
     pub fn collect_from(root: &Path) -> HwInfo {
         let sys = root.join("sys");
         let id = arch::identity();
@@ -299,6 +302,8 @@ impl HwInfo {
             numa_nodes,
             caches,
             clock: clock().info(),
+            // A throwaway reader on this thread: its event is closed at once.
+            virtual_time: ThreadClock::new().method(),
             hypervisor: id
                 .hypervisor_signature
                 .as_ref()
@@ -353,6 +358,12 @@ impl fmt::Display for HwInfo {
             crate::clock::Source::Monotonic { reason } => format!("CLOCK_MONOTONIC ({reason})"),
         };
         row(f, "real time source", src)?;
+        let vt = match &self.virtual_time {
+            VirtMethod::KernelTime => "perf page cap_user_time extrapolation".to_string(),
+            VirtMethod::Hybrid => "CLOCK_THREAD_CPUTIME_ID + TSC while the perf page lock holds".to_string(),
+            VirtMethod::Syscall { reason } => format!("CLOCK_THREAD_CPUTIME_ID syscall ({reason})"),
+        };
+        row(f, "virtual time", vt)?;
         row(
             f,
             "hypervisor",

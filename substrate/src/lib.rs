@@ -20,6 +20,10 @@ pub mod hwinfo;
 pub mod mmap;
 pub mod names;
 pub mod pmu;
+pub mod ring;
+pub mod sample;
+pub mod signal;
+pub mod symbolize;
 pub mod sys;
 pub mod vclock;
 

@@ -14,6 +14,7 @@
 
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 pub use pe::bindings::perf_event_attr;
@@ -133,6 +134,58 @@ pub trait Sys: Send + Sync + fmt::Debug {
         let _ = (fd, len);
         Err(Errno(libc::ENODEV))
     }
+
+    /// `mmap(2)` of `len` bytes of a perf event descriptor from offset 0,
+    /// shared and writable: a sample ring buffer, whose reader stores
+    /// `data_tail`. Unsupported unless overridden (test doubles without rings).
+    fn mmap_ring(&self, fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Errno> {
+        let _ = (fd, len);
+        Err(Errno(libc::ENOSYS))
+    }
+
+    /// `munmap(2)` of a mapping [`Sys::mmap_ring`] returned.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` and `len` must come from one earlier `mmap_ring` call of this
+    /// `Sys`, and nothing may use the mapping afterwards.
+    unsafe fn munmap_ring(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        let _ = (ptr, len);
+        Err(Errno(libc::ENOSYS))
+    }
+
+    /// `fcntl(2)` on a perf event descriptor, for overflow signal routing.
+    /// Unsupported unless overridden.
+    fn fcntl(&self, fd: BorrowedFd<'_>, op: Fcntl) -> Result<i32, Errno> {
+        let _ = (fd, op);
+        Err(Errno(libc::ENOSYS))
+    }
+}
+
+// Linux fcntl values the libc crate does not export for glibc targets
+// (<asm-generic/fcntl.h>, <bits/fcntl-linux.h>).
+const F_SETSIG: libc::c_int = 10;
+const F_SETOWN_EX: libc::c_int = 15;
+const F_OWNER_TID: libc::c_int = 0;
+
+/// `struct f_owner_ex`.
+#[repr(C)]
+struct FOwnerEx {
+    type_: libc::c_int,
+    pid: libc::pid_t,
+}
+
+/// The `fcntl(2)` commands the overflow path issues.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fcntl {
+    /// `F_SETOWN_EX` with `F_OWNER_TID`: signals go to this thread only.
+    SetOwnerThread(i32),
+    /// `F_SETSIG`: the signal sent on overflow (0 restores plain SIGIO).
+    SetSig(i32),
+    /// `F_GETFL`.
+    GetFlags,
+    /// `F_SETFL` (`O_ASYNC`, `O_NONBLOCK`).
+    SetFlags(i32),
 }
 
 /// The real kernel.
@@ -201,6 +254,43 @@ impl Sys for Kernel {
 
     fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno> {
         crate::mmap::Mapping::map_fd(fd, len)
+    }
+
+    fn mmap_ring(&self, fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Errno> {
+        let prot = libc::PROT_READ | libc::PROT_WRITE;
+        // SAFETY: a fresh mapping chosen by the kernel (addr NULL) of a live
+        // descriptor; it aliases no Rust object.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        NonNull::new(ptr.cast()).ok_or(Errno(libc::EFAULT))
+    }
+
+    unsafe fn munmap_ring(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+        // SAFETY: the caller guarantees `ptr`/`len` are one live mapping of ours
+        // that nothing uses any more.
+        let ret = unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        check(ret).map(drop)
+    }
+
+    fn fcntl(&self, fd: BorrowedFd<'_>, op: Fcntl) -> Result<i32, Errno> {
+        let raw = fd.as_raw_fd();
+        // SAFETY: `raw` is a live descriptor; F_SETOWN_EX reads a valid
+        // f_owner_ex that lives on this stack frame for the call; the other
+        // commands take integers.
+        let ret = unsafe {
+            match op {
+                Fcntl::SetOwnerThread(tid) => {
+                    let owner = FOwnerEx { type_: F_OWNER_TID, pid: tid };
+                    libc::fcntl(raw, F_SETOWN_EX, &owner as *const FOwnerEx)
+                }
+                Fcntl::SetSig(sig) => libc::fcntl(raw, F_SETSIG, sig),
+                Fcntl::GetFlags => libc::fcntl(raw, libc::F_GETFL),
+                Fcntl::SetFlags(flags) => libc::fcntl(raw, libc::F_SETFL, flags),
+            }
+        };
+        check(ret)
     }
 }
 

@@ -405,6 +405,16 @@ fn hardware_info_is_consistent_with_proc_cpuinfo_and_sysfs() {
         assert_eq!(h.rdpmc, None);
     }
     assert!(h.pmus.iter().any(|p| p.name == "software" && p.type_ == 1), "{:?}", h.pmus);
+    // Virtual time takes a user-space method whenever the TSC is usable and
+    // a task-clock can be opened (this test opens one to know).
+    let tc = MappedCounter::open(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread);
+    if h.clock.source == papirus_substrate::clock::Source::Tsc && tc.is_ok() {
+        assert!(
+            matches!(h.virtual_time, VirtMethod::Hybrid | VirtMethod::KernelTime),
+            "{:?}",
+            h.virtual_time
+        );
+    }
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok();
     assert_eq!(h.perf_event_paranoid, paranoid.and_then(|s| s.trim().parse().ok()));
 }

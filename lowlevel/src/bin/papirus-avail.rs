@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// List PAPI presets and their availability on this machine.
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Show one preset's definitions, native terms and encodings.
     #[arg(short, long, value_name = "NAME")]

@@ -1,5 +1,6 @@
 //! papirus-native-avail: every native event of this machine by PMU, with
-//! its code and description; `--check` opens each one.
+//! its code and description; `--check` opens each one, `--measure` also
+//! counts a short known workload with every event that opens.
 
 use std::process::ExitCode;
 
@@ -9,11 +10,16 @@ use serde_json::json;
 
 /// List native events (perf's tables, sysfs PMU events, tracepoints).
 #[derive(Parser, Debug)]
-#[command(version, about)]
+#[command(version)]
 struct Args {
     /// Open each event for this thread and show whether it counts here.
     #[arg(short, long)]
     check: bool,
+    /// Like --check, then count a short self-measurement with every event
+    /// that opens: 20 ms of busy loop, 256 fresh pages touched, 100 writes
+    /// to /dev/null and 5 sleeps of 1 ms.
+    #[arg(short, long)]
+    measure: bool,
     /// Only events of this PMU (`software`, `hardware`, `hw-cache`, `msr`, `tracepoint`, …).
     #[arg(short, long)]
     pmu: Option<String>,
@@ -47,7 +53,8 @@ fn main() -> ExitCode {
     // when asked for.
     let check_tracepoints = args.all || args.pmu.is_some() || args.include.is_some();
     let mut skipped = 0usize;
-    if args.check {
+    let check = args.check || args.measure;
+    if check {
         for s in &mut list {
             if s.event.pmu == "tracepoint" && !check_tracepoints {
                 skipped += 1;
@@ -56,21 +63,49 @@ fn main() -> ExitCode {
             papirus_lowlevel::avail::check_one(s);
         }
     }
+    let counted = if args.measure { measure(&list) } else { Vec::new() };
     if args.json {
-        let out =
-            json!({ "format_version": FORMAT_VERSION, "events": list, "tracepoints_not_checked": skipped });
+        let counts: serde_json::Map<_, _> = counted.iter().map(|(n, v)| (n.clone(), json!(v))).collect();
+        let out = json!({
+            "format_version": FORMAT_VERSION,
+            "events": list,
+            "tracepoints_not_checked": skipped,
+            "self_measurement": { "workload": WORKLOAD, "counts": counts },
+        });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return ExitCode::SUCCESS;
     }
+    // Many events fail for one reason (no hardware PMU): print each reason once.
+    let mut reasons: Vec<String> = Vec::new();
     let mut pmu = String::new();
+    let mut tracepoints = std::collections::BTreeSet::new();
+    let mut tracepoint_count = 0usize;
     for s in &list {
+        if s.event.pmu == "tracepoint" && !check_tracepoints {
+            // Thousands of lines: summarised below unless asked for.
+            tracepoint_count += 1;
+            tracepoints.insert(s.event.name.split(':').next().unwrap_or(""));
+            continue;
+        }
         if s.event.pmu != pmu {
             pmu = s.event.pmu.clone();
             println!("{}\n PMU: {pmu}\n{}", "=".repeat(100), "-".repeat(100));
         }
         let check = match s.counts {
-            Some(true) => "  [counts here]".to_string(),
-            Some(false) => format!("  [no: {}]", s.reason.as_deref().unwrap_or("")),
+            Some(true) => match counted.iter().find(|(n, _)| *n == s.event.name) {
+                Some((_, v)) => format!("  [counts here: {v} in the self-measurement]"),
+                None => "  [counts here]".to_string(),
+            },
+            Some(false) => {
+                // The same refusal names each event; fold them into one note.
+                let r =
+                    s.reason.as_deref().unwrap_or("").replace(&format!("`{}`", s.event.name), "the event");
+                let i = reasons.iter().position(|x| *x == r).unwrap_or_else(|| {
+                    reasons.push(r);
+                    reasons.len() - 1
+                });
+                format!("  [no, see note {}]", i + 1)
+            }
             None => String::new(),
         };
         let aliases = if s.event.aliases.is_empty() {
@@ -85,15 +120,85 @@ fn main() -> ExitCode {
     }
     let counting = list.iter().filter(|s| s.counts == Some(true)).count();
     println!("{}", "=".repeat(100));
-    if args.check {
+    if tracepoint_count > 0 {
+        println!(
+            "tracepoint: {tracepoint_count} events in {} subsystems, not listed: add --pmu tracepoint (or --include TEXT) to list and check them",
+            tracepoints.len()
+        );
+    }
+    if args.pmu.is_none() && args.include.is_none() {
+        println!(
+            "parameterised events (not enumerable): mem:ADDR|SYMBOL[/LEN][:rwx] (breakpoint PMU, 4 per thread), uprobe:PATH:SYMBOL[+OFF], uretprobe:PATH:SYMBOL (uprobe PMU)"
+        );
+    }
+    for (i, r) in reasons.iter().enumerate() {
+        println!("note {}: {r}", i + 1);
+    }
+    if args.measure {
+        println!("self-measurement: {WORKLOAD}");
+    }
+    if check {
         println!("Total events reported: {}, of which {counting} count here", list.len());
         if skipped > 0 {
             println!(
-                "{skipped} tracepoints were not opened (opening and closing one took ~35 ms of kernel time on the development VM): add --all, or --pmu tracepoint / --include NAME to check them"
+                "{skipped} tracepoints were not opened (opening and closing one took ~35 ms of kernel time on the development VM)"
             );
         }
     } else {
         println!("Total events reported: {}", list.len());
     }
     ExitCode::SUCCESS
+}
+
+const WORKLOAD: &str =
+    "20 ms busy loop, 256 fresh pages touched, 100 write(2) to /dev/null, 5 sleeps of 1 ms";
+
+/// Counts the workload with every event that opened, each in a set of its
+/// own so one refusal cannot hide the others.
+fn measure(list: &[papirus_lowlevel::avail::NativeStatus]) -> Vec<(String, i64)> {
+    let lib = match papirus_lowlevel::init() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("papirus-native-avail: {e}");
+            return Vec::new();
+        }
+    };
+    let mut sets: Vec<(String, papirus_lowlevel::EventSet)> = list
+        .iter()
+        .filter(|s| s.counts == Some(true))
+        .filter_map(|s| {
+            let mut set = lib.event_set();
+            set.add_named(&s.event.name).ok()?;
+            Some((s.event.name.clone(), set))
+        })
+        .collect();
+    for (_, set) in &mut sets {
+        // Refused starts leave the event out of the table.
+        let _ = set.start();
+    }
+    workload();
+    sets.into_iter().filter_map(|(name, mut set)| Some((name, *set.stop().ok()?.first()?))).collect()
+}
+
+fn workload() {
+    let start = std::time::Instant::now();
+    let mut x = 0u64;
+    while start.elapsed() < std::time::Duration::from_millis(20) {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    let page = 4096;
+    let mut v = vec![0u8; 256 * page];
+    for i in 0..256 {
+        v[i * page] = 1;
+    }
+    std::hint::black_box(&v);
+    if let Ok(mut f) = std::fs::OpenOptions::new().write(true).open("/dev/null") {
+        use std::io::Write;
+        for _ in 0..100 {
+            let _ = f.write(b"x");
+        }
+    }
+    for _ in 0..5 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

@@ -20,7 +20,7 @@ use serde_json::json;
 
 /// Count events of a command or a running process.
 #[derive(Parser, Debug)]
-#[command(version, about, trailing_var_arg = true)]
+#[command(version, trailing_var_arg = true)]
 struct Args {
     /// Events: presets or perf-syntax names, comma-separated
     /// (`task-clock,page-faults,msr/tsc/`).
@@ -50,6 +50,7 @@ struct Row {
     time_enabled: u64,
     time_running: u64,
     unit: Option<String>,
+    note: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -170,6 +171,7 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
             time_enabled: v.time_enabled,
             time_running: v.time_running,
             unit: infos.iter().find(|i| &i.name == n).and_then(|i| i.unit.clone()),
+            note: infos.iter().find(|i| &i.name == n).and_then(|i| i.note.clone()),
         })
         .collect();
     if args.json {
@@ -223,8 +225,51 @@ fn table(label: &str, rows: &[Row], elapsed: u64) -> String {
                 if r.time_enabled == 0 { 0.0 } else { 100.0 * r.time_running as f64 / r.time_enabled as f64 };
             note.push_str(&format!("  (scaled: counted {pct:.2}% of the time)"));
         }
+        if let Some(n) = &r.note {
+            note.push_str(&format!("  ({n})"));
+        }
         out.push_str(&format!("{value:>18} {unit:<5} {:<32} {note}\n", r.name));
     }
     out.push_str(&format!("\n{:>15.9} seconds time elapsed\n\n", elapsed as f64 / 1e9));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, value: i64, enabled: u64, running: u64) -> Row {
+        Row {
+            name: name.into(),
+            value,
+            raw: value,
+            time_enabled: enabled,
+            time_running: running,
+            unit: None,
+            note: None,
+        }
+    }
+
+    #[test]
+    fn table_shows_clocks_in_msec_counts_grouped_and_multiplex_scaling() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_234_567), "1,234,567");
+        assert_eq!(grouped(-1_000), "-1,000");
+        let t = table(
+            "'prog'",
+            &[
+                row("task-clock", 12_340_000, 10, 10),
+                row("page-faults", 1234, 10, 10),
+                row("r01c2", 5000, 200, 100),
+            ],
+            24_680_000,
+        );
+        assert!(t.contains("Performance counter stats for 'prog':"), "{t}");
+        assert!(t.contains("12.34 msec  task-clock") && t.contains("0.500 CPUs utilized"), "{t}");
+        assert!(t.contains("1,234") && t.contains("page-faults"), "{t}");
+        assert!(t.contains("(scaled: counted 50.00% of the time)"), "{t}");
+        assert_eq!(t.matches("scaled").count(), 1, "only the multiplexed event says so: {t}");
+        assert!(t.contains("0.024680000 seconds time elapsed"), "{t}");
+    }
 }

@@ -1,0 +1,536 @@
+//! Loading a shared library into the target with its own `dlopen`.
+//!
+//! Which `dlopen`: libc's exported `dlopen` (glibc ≥ 2.34), else libdl's when the
+//! target has libdl mapped, else glibc's private `__libc_dlopen_mode`.
+//!
+//! Which thread ([`Injection`]): `dlopen` takes the loader lock and mallocs, so it
+//! must not wait for a lock that a *stopped* thread holds.
+//! - [`Injection::FreshThread`] (the default when the target's libc or libpthread
+//!   exports `pthread_create`): a stopped thread only runs `pthread_create` with a
+//!   small start routine written into the target; then the whole process runs
+//!   while the new thread calls `dlopen`, so a lock held by any other thread is
+//!   released as that thread goes on. papirus polls a completion flag, stops the
+//!   process again, and unmaps the routine once no thread executes it.
+//! - [`Injection::StoppedThread`]: `dlopen` is called directly on a stopped
+//!   thread, while the others stay stopped. The target never runs unobserved, but
+//!   a lock held by another stopped thread makes the call time out (registers are
+//!   restored and the error says so).
+//!
+//! Either way the thread that runs our call is chosen with its rip neither in the
+//! dynamic loader nor in one of libc's exported allocator functions; when no
+//! thread qualifies, the process runs for a moment and is stopped again, up to
+//! [`MAX_ROUNDS`] times. Residual risk: libc's internal allocator functions
+//! (`_int_malloc`, absent from a stripped libc's .dynsym) are not recognised.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::mman::ProtFlags;
+use papirus_substrate::elf::ElfFile;
+
+use super::Process;
+use crate::error::{Error, Result};
+use crate::maps::{self, Mapping};
+
+/// `RTLD_NOW`: resolve every symbol at load, so nothing is resolved lazily later in a probe.
+const RTLD_NOW: u64 = 2;
+/// glibc's `__RTLD_DLOPEN`, required by `__libc_dlopen_mode`.
+const RTLD_DLOPEN_FLAG: u64 = 0x8000_0000;
+/// Attempts to find a thread outside the loader and allocator.
+const MAX_ROUNDS: usize = 50;
+/// How long the target runs between attempts.
+const PAUSE: Duration = Duration::from_millis(2);
+
+/// Which thread runs `dlopen` (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Injection {
+    /// A new thread created in the target with `pthread_create`, the process running.
+    FreshThread,
+    /// A stopped thread, the rest of the process stopped.
+    StoppedThread,
+}
+
+/// A library loaded into the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Library {
+    /// The handle `dlopen` returned in the target.
+    pub handle: u64,
+    /// The path given to `dlopen`.
+    pub path: PathBuf,
+}
+
+/// The target's dynamic-loading entry points.
+#[derive(Debug, Clone, Copy)]
+struct Loader {
+    dlopen: u64,
+    dlsym: u64,
+    dlerror: Option<u64>,
+    extra_mode: u64,
+}
+
+impl Process {
+    /// Loads `library` into the target with `dlopen(path, RTLD_NOW)` and returns its
+    /// handle. A single-threaded target (such as one just started by [`super::Spawn`])
+    /// is loaded from its stopped thread: no other thread can hold a lock, and it
+    /// does not run meanwhile. A multi-threaded one is loaded from a fresh thread when
+    /// it has `pthread_create`, else from a stopped thread. The path is made absolute
+    /// first (the target's working directory differs).
+    pub fn inject(&mut self, library: &Path) -> Result<Library> {
+        let alive = self.threads.values().filter(|t| t.exit.is_none()).count();
+        let how = if alive > 1 && self.threading()?.is_some() {
+            Injection::FreshThread
+        } else {
+            Injection::StoppedThread
+        };
+        self.inject_with(library, how)
+    }
+
+    /// Like [`Process::inject`], choosing the thread that runs `dlopen`.
+    pub fn inject_with(&mut self, library: &Path, how: Injection) -> Result<Library> {
+        let path = std::path::absolute(library)
+            .map_err(|source| Error::Io { path: library.to_path_buf(), source })?;
+        if !path.is_file() {
+            return Err(Error::InvalidArgument { what: format!("{} is not a file", path.display()) });
+        }
+        let loader = self.loader()?;
+        self.pick_safe_worker()?;
+        if how == Injection::FreshThread {
+            let threading = self.threading()?.ok_or_else(|| Error::NotFound {
+                what: "pthread_create".into(),
+                pid: self.pid,
+                detail: "neither libc nor a mapped libpthread exports it: use Injection::StoppedThread"
+                    .into(),
+            })?;
+            return self.inject_fresh(path, &loader, threading);
+        }
+        let arg = self.remote_string(path.as_os_str().as_encoded_bytes())?;
+        let handle = self.call(loader.dlopen, &[arg, RTLD_NOW | loader.extra_mode]);
+        let unmapped = self.munmap(arg, 4096);
+        let handle = handle?;
+        unmapped?;
+        if handle == 0 {
+            let message = self.dl_error(&loader);
+            return Err(Error::Dlopen { path, pid: self.pid, message });
+        }
+        Ok(Library { handle, path })
+    }
+
+    /// The address of `symbol` in a library loaded by [`Process::inject`] (`dlsym` in the target).
+    pub fn dlsym(&mut self, library: &Library, symbol: &str) -> Result<u64> {
+        let loader = self.loader()?;
+        // dlsym takes the loader lock too.
+        self.pick_safe_worker()?;
+        let arg = self.remote_string(symbol.as_bytes())?;
+        let addr = self.call(loader.dlsym, &[library.handle, arg]);
+        let unmapped = self.munmap(arg, 4096);
+        let addr = addr?;
+        unmapped?;
+        if addr == 0 {
+            return Err(Error::NotFound {
+                what: format!("symbol {symbol}"),
+                pid: self.pid,
+                detail: format!("dlsym in {}: {}", library.path.display(), self.dl_error(&loader)),
+            });
+        }
+        Ok(addr)
+    }
+
+    /// A function's run-time address in the first mapped module whose file name
+    /// starts with `module` (e.g. `libc.so`), through the module's ELF symbols.
+    pub fn module_function(&self, module: &str, name: &str) -> Result<u64> {
+        let mappings = self.mappings()?;
+        let m = find_module(&mappings, module).ok_or_else(|| Error::NotFound {
+            what: format!("module {module}"),
+            pid: self.pid,
+            detail: "no mapped file by that name in /proc/PID/maps".into(),
+        })?;
+        let (elf, bias) = open_module(m)?;
+        Ok(bias.wrapping_add(elf.lookup_function(name)?.address))
+    }
+
+    fn mappings(&self) -> Result<Vec<Mapping>> {
+        maps::read(self.pid).map_err(|source| Error::Io { path: super::proc_path(self.pid, "maps"), source })
+    }
+
+    fn loader(&self) -> Result<Loader> {
+        let mappings = self.mappings()?;
+        let libc = find_module(&mappings, "libc.so").or_else(|| find_module(&mappings, "libc-"));
+        let Some(libc) = libc else {
+            return Err(Error::NotFound {
+                what: "libc".into(),
+                pid: self.pid,
+                detail: "the target has no libc mapped (static program, or stopped before the loader ran)"
+                    .into(),
+            });
+        };
+        let (elf, bias) = open_module(libc)?;
+        let at = |elf: &ElfFile, bias: u64, name: &str| {
+            elf.lookup_function(name).ok().map(|s| bias.wrapping_add(s.address))
+        };
+        if let (Some(dlopen), Some(dlsym)) = (at(&elf, bias, "dlopen"), at(&elf, bias, "dlsym")) {
+            return Ok(Loader { dlopen, dlsym, dlerror: at(&elf, bias, "dlerror"), extra_mode: 0 });
+        }
+        if let Some(libdl) = find_module(&mappings, "libdl.so") {
+            let (dl, dl_bias) = open_module(libdl)?;
+            if let (Some(dlopen), Some(dlsym)) = (at(&dl, dl_bias, "dlopen"), at(&dl, dl_bias, "dlsym")) {
+                return Ok(Loader { dlopen, dlsym, dlerror: at(&dl, dl_bias, "dlerror"), extra_mode: 0 });
+            }
+        }
+        match (at(&elf, bias, "__libc_dlopen_mode"), at(&elf, bias, "__libc_dlsym")) {
+            (Some(dlopen), Some(dlsym)) => {
+                Ok(Loader { dlopen, dlsym, dlerror: None, extra_mode: RTLD_DLOPEN_FLAG })
+            }
+            _ => Err(Error::NotFound {
+                what: "dlopen".into(),
+                pid: self.pid,
+                detail: format!(
+                    "neither {} nor a mapped libdl exports dlopen/dlsym or __libc_dlopen_mode",
+                    libc.name
+                ),
+            }),
+        }
+    }
+
+    /// Makes the worker a thread not stopped inside the loader or the allocator.
+    fn pick_safe_worker(&mut self) -> Result<()> {
+        for _ in 0..MAX_ROUNDS {
+            let mappings = self.mappings()?;
+            let danger = Danger::new(&mappings);
+            for tid in self.threads() {
+                if self.usable(tid).is_ok() && !danger.contains(self.regs(tid)?.rip) {
+                    self.worker = tid;
+                    return Ok(());
+                }
+            }
+            self.run_for(PAUSE)?;
+        }
+        Err(Error::Timeout {
+            what: "leave the dynamic loader and malloc (needed before dlopen)",
+            tid: self.pid,
+            timeout_ms: (PAUSE * MAX_ROUNDS as u32).as_millis() as u64,
+        })
+    }
+
+    /// Copies a NUL-terminated string into a fresh page of the target.
+    fn remote_string(&mut self, bytes: &[u8]) -> Result<u64> {
+        if bytes.len() >= 4096 || bytes.contains(&0) {
+            return Err(Error::InvalidArgument {
+                what: "a path or symbol name longer than 4095 bytes or containing NUL".into(),
+            });
+        }
+        let page = self.mmap_anywhere(4096, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
+        let mut z = bytes.to_vec();
+        z.push(0);
+        if let Err(e) = self.write_memory(page, &z) {
+            let _ = self.munmap(page, 4096);
+            return Err(e);
+        }
+        Ok(page)
+    }
+
+    fn dl_error(&mut self, loader: &Loader) -> String {
+        let Some(f) = loader.dlerror else { return "no dlerror in this libc".into() };
+        match self.call(f, &[]) {
+            Ok(0) => "dlerror() gave no message".into(),
+            Ok(p) => self.read_cstr(p, 4096).unwrap_or_else(|e| format!("dlerror() text unreadable: {e}")),
+            Err(e) => format!("dlerror() failed: {e}"),
+        }
+    }
+}
+
+/// The first mapping of the file whose name starts with `prefix`.
+fn find_module<'a>(mappings: &'a [Mapping], prefix: &str) -> Option<&'a Mapping> {
+    mappings
+        .iter()
+        .filter(|m| m.file().is_some())
+        .find(|m| m.name.rsplit('/').next().is_some_and(|b| b.starts_with(prefix)))
+}
+
+fn open_module(m: &Mapping) -> Result<(ElfFile, u64)> {
+    let elf = ElfFile::open(&m.name)?;
+    let bias = elf.load_bias(m.start, m.offset).ok_or_else(|| Error::NotFound {
+        what: format!("the load bias of {}", m.name),
+        pid: 0,
+        detail: format!("no PT_LOAD segment covers file offset {:#x}", m.offset),
+    })?;
+    Ok((elf, bias))
+}
+
+/// Code where a stopped thread may hold the loader or allocator locks.
+struct Danger {
+    ranges: Vec<(u64, u64)>,
+}
+
+/// libc's exported allocator entry points.
+const ALLOCATOR: &[&str] = &[
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "reallocarray",
+    "memalign",
+    "posix_memalign",
+    "aligned_alloc",
+    "valloc",
+    "pvalloc",
+    "malloc_trim",
+    "malloc_usable_size",
+    "malloc_info",
+    "malloc_stats",
+    "mallinfo",
+    "mallinfo2",
+    "cfree",
+];
+
+impl Danger {
+    fn new(mappings: &[Mapping]) -> Danger {
+        let mut ranges = Vec::new();
+        for m in mappings.iter().filter(|m| m.perms.exec) {
+            let base = m.name.rsplit('/').next().unwrap_or("");
+            if base.starts_with("ld-linux") || base.starts_with("ld-2.") || base.starts_with("ld.so") {
+                ranges.push((m.start, m.end));
+            }
+        }
+        if let Some(libc) = find_module(mappings, "libc.so")
+            && let Ok((elf, bias)) = open_module(libc)
+        {
+            for name in ALLOCATOR {
+                if let Ok(s) = elf.lookup_function(name) {
+                    ranges.push((bias.wrapping_add(s.address), bias.wrapping_add(s.address + s.size.max(1))));
+                }
+            }
+        }
+        Danger { ranges }
+    }
+
+    fn contains(&self, rip: u64) -> bool {
+        self.ranges.iter().any(|&(s, e)| (s..e).contains(&rip))
+    }
+}
+
+/// `pthread_create` and `pthread_detach` in the target.
+#[derive(Debug, Clone, Copy)]
+struct Threading {
+    create: u64,
+    detach: u64,
+}
+
+/// Layout of the data pages shared with the start routine.
+mod slot {
+    pub const DLOPEN: u64 = 0;
+    pub const DLERROR: u64 = 8;
+    pub const MODE: u64 = 16;
+    pub const HANDLE: u64 = 24;
+    pub const DONE: u64 = 40;
+    pub const THREAD: u64 = 64;
+    pub const MESSAGE: u64 = 256;
+    pub const MESSAGE_MAX: u32 = 4096 - 256 - 1;
+    pub const PATH: u64 = 4096;
+    pub const DATA_LEN: u64 = 8192;
+}
+
+/// The start routine, `void *start(void *data)` with data = the slot pages:
+/// `handle = dlopen(path, mode)`; on failure copy `dlerror()`'s text into the
+/// pages (the string lives in the thread's own buffer, freed when it exits);
+/// then set the done flag and return NULL, ending the thread.
+fn start_routine() -> Vec<u8> {
+    let mut c = Vec::new();
+    let mut patch = Vec::new(); // (offset of a rel8 byte, label)
+    let rel8 = |c: &mut Vec<u8>, patch: &mut Vec<(usize, &'static str)>, op: u8, label: &'static str| {
+        c.extend_from_slice(&[op, 0]);
+        patch.push((c.len() - 1, label));
+    };
+    let le32 = |v: u32| v.to_le_bytes();
+    c.push(0x53); // push rbx (rsp 16-aligned for the calls below)
+    c.extend_from_slice(&[0x48, 0x89, 0xfb]); // mov rbx, rdi
+    c.extend_from_slice(&[0x48, 0x8d, 0xbb]); // lea rdi, [rbx + PATH]
+    c.extend_from_slice(&le32(slot::PATH as u32));
+    c.extend_from_slice(&[0x48, 0x8b, 0x73, slot::MODE as u8]); // mov rsi, [rbx + MODE]
+    c.extend_from_slice(&[0xff, 0x53, slot::DLOPEN as u8]); // call [rbx + DLOPEN]
+    c.extend_from_slice(&[0x48, 0x89, 0x43, slot::HANDLE as u8]); // mov [rbx + HANDLE], rax
+    c.extend_from_slice(&[0x48, 0x85, 0xc0]); // test rax, rax
+    rel8(&mut c, &mut patch, 0x75, "done"); // jnz done
+    c.extend_from_slice(&[0x48, 0x8b, 0x43, slot::DLERROR as u8]); // mov rax, [rbx + DLERROR]
+    c.extend_from_slice(&[0x48, 0x85, 0xc0]); // test rax, rax
+    rel8(&mut c, &mut patch, 0x74, "done"); // jz done
+    c.extend_from_slice(&[0xff, 0xd0]); // call rax
+    c.extend_from_slice(&[0x48, 0x85, 0xc0]); // test rax, rax
+    rel8(&mut c, &mut patch, 0x74, "done"); // jz done
+    c.extend_from_slice(&[0x48, 0x89, 0xc6]); // mov rsi, rax
+    c.extend_from_slice(&[0x48, 0x8d, 0xbb]); // lea rdi, [rbx + MESSAGE]
+    c.extend_from_slice(&le32(slot::MESSAGE as u32));
+    c.push(0xb9); // mov ecx, MESSAGE_MAX
+    c.extend_from_slice(&le32(slot::MESSAGE_MAX));
+    let copy = c.len();
+    c.extend_from_slice(&[0x8a, 0x06]); // mov al, [rsi]
+    c.extend_from_slice(&[0x88, 0x07]); // mov [rdi], al
+    c.extend_from_slice(&[0x84, 0xc0]); // test al, al
+    rel8(&mut c, &mut patch, 0x74, "done"); // jz done
+    c.extend_from_slice(&[0x48, 0xff, 0xc6]); // inc rsi
+    c.extend_from_slice(&[0x48, 0xff, 0xc7]); // inc rdi
+    c.extend_from_slice(&[0xff, 0xc9]); // dec ecx
+    rel8(&mut c, &mut patch, 0x75, "copy"); // jnz copy
+    let done = c.len();
+    c.extend_from_slice(&[0x48, 0xc7, 0x43, slot::DONE as u8, 1, 0, 0, 0]); // mov qword [rbx + DONE], 1
+    c.extend_from_slice(&[0x31, 0xc0]); // xor eax, eax
+    c.push(0x5b); // pop rbx
+    c.push(0xc3); // ret
+    for (at, label) in patch {
+        let target = if label == "done" { done } else { copy };
+        c[at] = (target as i64 - (at as i64 + 1)) as i8 as u8;
+    }
+    c
+}
+
+impl Process {
+    fn threading(&self) -> Result<Option<Threading>> {
+        let mappings = self.mappings()?;
+        for module in ["libc.so", "libpthread.so"] {
+            let Some(m) = find_module(&mappings, module) else { continue };
+            let (elf, bias) = open_module(m)?;
+            let at = |name: &str| elf.lookup_function(name).ok().map(|s| bias.wrapping_add(s.address));
+            if let (Some(create), Some(detach)) = (at("pthread_create"), at("pthread_detach")) {
+                return Ok(Some(Threading { create, detach }));
+            }
+        }
+        Ok(None)
+    }
+
+    /// `dlopen` from a new thread while the process runs; see the module documentation.
+    fn inject_fresh(&mut self, path: PathBuf, loader: &Loader, threading: Threading) -> Result<Library> {
+        let bytes = path.as_os_str().as_encoded_bytes();
+        if bytes.len() >= 4096 || bytes.contains(&0) {
+            return Err(Error::InvalidArgument {
+                what: "a library path longer than 4095 bytes or containing NUL".into(),
+            });
+        }
+        let rw = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        let data = self.mmap_anywhere(slot::DATA_LEN, rw)?;
+        let code = match self.mmap_anywhere(4096, rw) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.munmap(data, slot::DATA_LEN);
+                return Err(e);
+            }
+        };
+        let out = self.fresh_thread_dlopen(data, code, bytes, loader, threading);
+        // A thread still inside the routine (a timeout) would crash on unmapped code: leave the pages then.
+        if !matches!(out, Err(Error::Timeout { .. })) {
+            let a = self.munmap(code, 4096);
+            let b = self.munmap(data, slot::DATA_LEN);
+            if out.is_ok() {
+                a?;
+                b?;
+            }
+        }
+        match out? {
+            Ok(handle) => Ok(Library { handle, path }),
+            Err(message) => Err(Error::Dlopen { path, pid: self.pid, message }),
+        }
+    }
+
+    /// The handle, or dlerror()'s text.
+    fn fresh_thread_dlopen(
+        &mut self,
+        data: u64,
+        code: u64,
+        path: &[u8],
+        loader: &Loader,
+        t: Threading,
+    ) -> Result<Result<u64, String>> {
+        let mut head = vec![0u8; 256];
+        for (at, v) in [
+            (slot::DLOPEN, loader.dlopen),
+            (slot::DLERROR, loader.dlerror.unwrap_or(0)),
+            (slot::MODE, RTLD_NOW | loader.extra_mode),
+        ] {
+            head[at as usize..at as usize + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        self.write_memory(data, &head)?;
+        let mut z = path.to_vec();
+        z.push(0);
+        self.write_memory(data + slot::PATH, &z)?;
+        self.write_memory(code, &start_routine())?;
+        self.mprotect(code, 4096, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)?;
+        let before = self.threads();
+        let r = self.call(t.create, &[data + slot::THREAD, 0, code, data])?;
+        if r != 0 {
+            return Err(Error::RemoteSyscall {
+                name: "pthread_create",
+                pid: self.pid,
+                errno: nix::errno::Errno::from_raw(r as i32),
+            });
+        }
+        // Followed through its clone event, the new thread is already one of ours.
+        let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
+        let thread = self.read_u64(data + slot::THREAD)?;
+        self.call(t.detach, &[thread])?;
+        // Done once the flag is set and the thread has exited: then no thread can
+        // be executing the routine, and its pages can go.
+        self.run_until(|p| {
+            p.read_u64(data + slot::DONE).is_ok_and(|d| d != 0)
+                && fresh.iter().all(|t| !p.threads.contains_key(t))
+        })?;
+        match self.read_u64(data + slot::HANDLE)? {
+            0 => match self.read_cstr(data + slot::MESSAGE, slot::MESSAGE_MAX as usize)? {
+                m if m.is_empty() => Ok(Err("dlopen returned NULL".into())),
+                m => Ok(Err(m)),
+            },
+            handle => Ok(Ok(handle)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
+
+    use super::*;
+
+    #[test]
+    fn start_routine_decodes_as_written() {
+        let code = start_routine();
+        let mut d = Decoder::with_ip(64, &code, 0, DecoderOptions::NONE);
+        let mut f = IntelFormatter::new();
+        let mut text = Vec::new();
+        for ins in &mut d {
+            assert!(!ins.is_invalid());
+            let mut s = String::new();
+            f.format(&ins, &mut s);
+            text.push(s);
+        }
+        // Branch targets: 0x3a is `mov al,[rsi]` (copy), 0x4c the done-flag store.
+        let expect = [
+            "push rbx",
+            "mov rbx,rdi",
+            "lea rdi,[rbx+1000h]",
+            "mov rsi,[rbx+10h]",
+            "call qword ptr [rbx]",
+            "mov [rbx+18h],rax",
+            "test rax,rax",
+            "jne short 000000000000004Ch",
+            "mov rax,[rbx+8]",
+            "test rax,rax",
+            "je short 000000000000004Ch",
+            "call rax",
+            "test rax,rax",
+            "je short 000000000000004Ch",
+            "mov rsi,rax",
+            "lea rdi,[rbx+100h]",
+            "mov ecx,0EFFh",
+            "mov al,[rsi]",
+            "mov [rdi],al",
+            "test al,al",
+            "je short 000000000000004Ch",
+            "inc rsi",
+            "inc rdi",
+            "dec ecx",
+            "jne short 000000000000003Ah",
+            "mov qword ptr [rbx+28h],1",
+            "xor eax,eax",
+            "pop rbx",
+            "ret",
+        ];
+        assert_eq!(text, expect);
+    }
+}
