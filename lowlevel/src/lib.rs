@@ -33,7 +33,7 @@ pub mod preset;
 pub mod profil;
 
 pub use error::{Code, Error, Result, SetOp};
-pub use eventset::{EventInfo, EventSet, Granularity, Options, Status, Value};
+pub use eventset::{EventInfo, EventRef, EventSet, Granularity, Options, Status, Value};
 pub use library::{
     Library, Machine, Tid, init, is_initialized, list_threads, real_cyc, real_nsec, real_usec, thread_id,
     virt_cyc, virt_nsec, virt_usec,
