@@ -1604,6 +1604,58 @@ mod tests {
     }
 
     #[test]
+    fn overflow_rules_checked_before_any_descriptor_changes() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        let h: crate::overflow::OverflowHandler = Arc::new(|_| {});
+        let br = s.add_named("PAPI_BR_TKN").unwrap();
+        s.add_named("page-faults").unwrap();
+        let e = s.overflow(br, 1000, 0, h.clone()).unwrap_err();
+        assert_eq!(e.code(), Code::Einval, "{e}");
+        assert!(e.to_string().contains("derived from 2 native events"), "{e}");
+        let e = s.overflow(0x8000_0000u32, 1000, 0, h.clone()).unwrap_err();
+        assert_eq!(e.code(), Code::Enoevnt, "PAPI_L1_DCM is not in the set: {e}");
+        assert!(e.to_string().contains("PAPI_BR_TKN, page-faults"), "{e}");
+        assert_eq!(code(s.overflow("task-clock", 1000, 0, h.clone())), Code::Enoevnt);
+        assert_eq!(code(s.overflow(2usize, 1000, 0, h.clone())), Code::Enoevnt);
+        assert_eq!(s.index_of("PAGE-FAULTS").unwrap(), 1, "names match as added, any case");
+        let before = (k.live_fds(), k.open_events().len());
+        // The mock kernel maps no rings: the failed change keeps the old layout.
+        let e = s.overflow("page-faults", 100, 0, h.clone()).unwrap_err();
+        assert_eq!(e.code(), Code::Esys, "{e}");
+        assert_eq!((k.live_fds(), k.open_events().len()), before);
+        assert_eq!(s.status().bits(), 0x1);
+        assert_eq!(s.overflow_threshold("page-faults").unwrap(), 0);
+        assert!(s.overflow_stats("page-faults").is_none());
+        s.start().unwrap();
+        assert_eq!(code(s.overflow("page-faults", 100, 0, h.clone())), Code::Eisrun);
+        assert_eq!(
+            code(s.profil(1usize, Region::covering(0..64, 4).unwrap(), 100, ProfilFlags::POSIX)),
+            Code::Eisrun
+        );
+        s.stop().unwrap();
+        let r = Region::covering(0..64, 4).unwrap();
+        assert_eq!(code(s.profil(1usize, r, 100, ProfilFlags::FORCE_SW)), Code::Enosupp);
+        assert_eq!(code(s.sprofil(1usize, vec![], 100, ProfilFlags::POSIX)), Code::Einval, "no region");
+        assert!(s.profil(1usize, r, 0, ProfilFlags::POSIX).unwrap().is_none(), "threshold 0: off");
+    }
+
+    #[test]
+    fn status_bits_follow_papi() {
+        let all = Status {
+            running: true,
+            attached: true,
+            cpu_attached: true,
+            multiplexing: true,
+            overflowing: true,
+            profiling: true,
+        };
+        assert_eq!(all.bits(), 0x2 | 0x10 | 0x20 | 0x40 | 0x80 | 0x100);
+        let stopped = Status { running: false, overflowing: true, ..all };
+        assert_eq!(stopped.bits() & 0x3, 0x1);
+    }
+
+    #[test]
     fn dropping_a_running_set_disables_and_closes_everything() {
         let (lib, k) = lib(4);
         let mut s = lib.event_set();

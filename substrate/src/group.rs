@@ -371,6 +371,26 @@ mod tests {
     }
 
     #[test]
+    fn sampling_leader_and_member_keep_the_group_read_format() {
+        use crate::sample::{SampleType, Sampling};
+        let mock = MockSys::new();
+        let mut s = Sampling::period(100);
+        s.sample_type(SampleType::IP | SampleType::TID);
+        let mut g =
+            Group::open_sampling_with(mock.clone(), &sw("page-faults", 2), &s, Target::ThisThread).unwrap();
+        g.add(&sw("task-clock", 1)).unwrap();
+        g.add_sampling(&sw("context-switches", 3), &Sampling::period(7)).unwrap();
+        let o = mock.opened();
+        assert!(o.iter().all(|o| o.read_format == GROUP_FORMAT), "one group read covers samplers too");
+        assert_eq!(o.iter().map(|o| o.sample_period).collect::<Vec<_>>(), vec![100, 0, 7]);
+        assert_eq!(o[0].sample_type, (SampleType::IP | SampleType::TID).0);
+        assert_eq!(o[1].sample_type, 0);
+        assert!(
+            Group::open_sampling_with(mock, &sw("x", 2), &Sampling::period(0), Target::ThisThread).is_err()
+        );
+    }
+
+    #[test]
     fn values_are_matched_to_members_by_id_not_position() {
         let mock = MockSys::new();
         let (g, leader, pf, cs) = three(&mock);
