@@ -12,7 +12,9 @@
 //!
 //! Without multiplexing all native terms form one perf group with a pinned
 //! leader: read atomically, never rotated, and a set that does not fit the
-//! counters fails to add ([`Code::Ecnflct`](crate::Code::Ecnflct)). With
+//! counters fails to add ([`Code::Ecnflct`](crate::Code::Ecnflct)). Breakpoints
+//! are the exception: they form a second pinned group, since on kernel 6.18
+//! a breakpoint in a group led by a software event counts 0. With
 //! multiplexing each event (all the terms of a derived preset together) is
 //! its own group, the kernel rotates the groups, and values come back
 //! scaled by `time_enabled / time_running` with the scaling in [`Value`].
@@ -44,6 +46,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::group::{GroupCounts, Member};
 use papirus_substrate::ring::RingBuffer;
 use papirus_substrate::signal::{NotifierStats, Route, default_signal};
@@ -727,21 +730,33 @@ impl EventSet {
         // first term that is not a software clock leads the one group (a group
         // led by task-clock or cpu-clock loses its software members' counts
         // across context switches: ~2% of page faults on a busy 2-CPU VM).
-        let mut order: Vec<(usize, usize)> = self
-            .entries
-            .iter()
-            .enumerate()
-            .flat_map(|(i, e)| (0..e.attrs.len()).map(move |k| (i, k)))
-            .collect();
+        // Breakpoints form a group of their own, first: measured on 6.18
+        // here, a breakpoint in a group led by a software event counts 0,
+        // and software members of a breakpoint-led group sometimes do too.
+        let bp = |e: &Entry| matches!(e.attrs.as_slice(), [a] if a.type_() == PERF_TYPE_BREAKPOINT);
+        let split = !self.options.multiplex;
+        let terms = |want_bp: bool| {
+            self.entries
+                .iter()
+                .enumerate()
+                .filter(move |(_, e)| !split || bp(e) == want_bp)
+                .flat_map(|(i, e)| (0..e.attrs.len()).map(move |k| (i, k)))
+                .collect::<Vec<_>>()
+        };
+        let breakpoints = if split { terms(true) } else { vec![] };
+        let mut order = terms(false);
         if !self.options.multiplex
             && let Some(p) = order.iter().position(|&(i, k)| !is_sw_clock(&self.entries[i].attrs[k]))
         {
             let lead = order.remove(p);
             order.insert(0, lead);
         }
+        // The first term after the breakpoints starts the second group.
+        let second_group = breakpoints.len();
+        order.splice(0..0, breakpoints);
         let (mut groups, mut slots): (Vec<Group>, Vec<Vec<Option<Slot>>>) =
             (vec![], self.entries.iter().map(|e| vec![None; e.attrs.len()]).collect());
-        for (i, k) in order {
+        for (n, (i, k)) in order.into_iter().enumerate() {
             let mut a = self.entries[i].attrs[k].clone();
             if let Some(d) = self.options.domain {
                 a.domain(d);
@@ -749,23 +764,24 @@ impl EventSet {
             a.inherit(self.options.granularity == Granularity::Process);
             // An overflowing event (one term) is the same descriptor, sampling.
             let sampling = self.entries[i].overflow.as_ref().map(|o| overflow::sampling(o.threshold));
-            let slot = if groups.is_empty() || (self.options.multiplex && k == 0) {
-                // A pinned leader keeps an unmultiplexed set on the PMU or in error state.
-                a.pinned(!self.options.multiplex);
-                groups.push(match &sampling {
-                    Some(s) => Group::open_sampling_with(sys.clone(), &a, s, target)?,
-                    None => Group::open_with(sys.clone(), &a, target)?,
-                });
-                let g = groups.len() - 1;
-                Slot { group: g, member: groups[g].leader() }
-            } else {
-                let g = groups.len() - 1;
-                let member = match &sampling {
-                    Some(s) => groups[g].add_sampling(&a, s)?,
-                    None => groups[g].add(&a)?,
+            let slot =
+                if groups.is_empty() || (self.options.multiplex && k == 0) || (split && n == second_group) {
+                    // A pinned leader keeps an unmultiplexed set on the PMU or in error state.
+                    a.pinned(!self.options.multiplex);
+                    groups.push(match &sampling {
+                        Some(s) => Group::open_sampling_with(sys.clone(), &a, s, target)?,
+                        None => Group::open_with(sys.clone(), &a, target)?,
+                    });
+                    let g = groups.len() - 1;
+                    Slot { group: g, member: groups[g].leader() }
+                } else {
+                    let g = groups.len() - 1;
+                    let member = match &sampling {
+                        Some(s) => groups[g].add_sampling(&a, s)?,
+                        None => groups[g].add(&a)?,
+                    };
+                    Slot { group: g, member }
                 };
-                Slot { group: g, member }
-            };
             slots[i][k] = Some(slot);
         }
         let slots: Vec<Vec<Slot>> = slots.into_iter().map(|v| v.into_iter().flatten().collect()).collect();
@@ -1288,18 +1304,23 @@ fn conflict_on_error_state(e: papirus_substrate::Error, group: &Group) -> Error 
     }
 }
 
-/// PAPI's add-time check: enable the group briefly and see that the kernel
-/// scheduled it, so a set that can never count fails to add.
+/// PAPI's add-time check: enable the groups briefly and see that the kernel
+/// scheduled them, so a set that can never count fails to add.
 fn check_schedulable(o: &mut Opened, entries: &[Entry]) -> Result<()> {
-    let g = &o.groups[0];
+    for (n, g) in o.groups.iter().enumerate() {
+        check_group(g, &mut o.scratch[n], entries)?;
+    }
+    Ok(())
+}
+
+fn check_group(g: &Group, c: &mut GroupCounts, entries: &[Entry]) -> Result<()> {
     g.enable()?;
     let mut spin = 0u64;
     for i in 0..10_000u64 {
         spin = std::hint::black_box(spin.wrapping_add(i));
     }
     g.disable()?;
-    g.read_into(&mut o.scratch[0]).map_err(|e| conflict_on_error_state(e, g))?;
-    let c = &o.scratch[0];
+    g.read_into(c).map_err(|e| conflict_on_error_state(e, g))?;
     if c.time_enabled() > 0 && c.time_running() == 0 {
         let last = entries.last().map_or("", |e| e.info.name.as_str());
         return Err(Error::Conflict {
@@ -1638,6 +1659,26 @@ mod tests {
         assert_eq!(code(s.profil(1usize, r, 100, ProfilFlags::FORCE_SW)), Code::Enosupp);
         assert_eq!(code(s.sprofil(1usize, vec![], 100, ProfilFlags::POSIX)), Code::Einval, "no region");
         assert!(s.profil(1usize, r, 0, ProfilFlags::POSIX).unwrap().is_none(), "threshold 0: off");
+    }
+
+    #[test]
+    fn breakpoints_get_a_group_of_their_own() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["page-faults", "mem:0x1000:x", "task-clock", "mem:0x2000:w"]).unwrap();
+        assert_eq!((s.groups(), s.descriptors()), (2, 4));
+        let ev = k.open_events();
+        let (b1, b2) = (&ev[0], &ev[1]);
+        assert!(b1.type_ == PERF_TYPE_BREAKPOINT && b1.leader.is_none() && b1.pinned);
+        assert!(b2.type_ == PERF_TYPE_BREAKPOINT && b2.leader == Some(b1.id));
+        assert!(ev[2].type_ == PERF_TYPE_SOFTWARE && ev[2].config == 2 && ev[2].leader.is_none());
+        assert_eq!(ev[3].leader, Some(ev[2].id));
+        s.start().unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 2, 5);
+        k.set_value(PERF_TYPE_BREAKPOINT, 0, 9);
+        assert_eq!(s.stop().unwrap(), vec![5, 9, 0, 9], "values come back in the order added");
+        s.set_multiplex(true).unwrap();
+        assert_eq!(s.groups(), 4, "multiplexing keeps one group per event");
     }
 
     #[test]
