@@ -432,3 +432,26 @@ fn several_overflowing_events_in_one_set_report_their_own_index() {
         (100, 100, 0)
     );
 }
+
+#[test]
+fn a_multiplexed_set_overflows_too() {
+    let _g = serial();
+    let fa = addr_of(f);
+    let mut set = lib().event_set();
+    set.set_multiplex(true).unwrap();
+    set.add_named("task-clock").unwrap();
+    let bp = set.add_named(&format!("mem:{fa:#x}:x")).unwrap();
+    let n = Arc::new(AtomicU64::new(0));
+    set.overflow(bp, 10, 0, counter(&n)).unwrap();
+    assert_eq!(set.status().bits(), 0x1 | 0x10 | 0x40);
+    assert_eq!((set.groups(), set.descriptors()), (2, 2));
+    set.start().unwrap();
+    for i in 0..1000 {
+        black_box(f(i));
+    }
+    let v = set.read_detailed().unwrap();
+    set.stop().unwrap();
+    assert_eq!(v[1].raw, 1000);
+    assert_eq!(v[1].time_enabled, v[1].time_running, "software events are never rotated out");
+    assert_eq!(n.load(Ordering::Relaxed), 100, "one overflow per 10 hits");
+}
