@@ -189,7 +189,6 @@ fn run(
                 has_ref = s.add_named(o).is_ok();
             }
             s.start().map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
-            crate::region::settle_group_members();
             set = Some(s);
         }
         let n = events.len() + usize::from(has_ref);

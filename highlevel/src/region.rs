@@ -646,7 +646,6 @@ impl ThreadRegions {
         for g in &groups {
             g.group.enable().map_err(|e| counters("enable", e))?;
         }
-        settle_group_members();
         let shared = Arc::new(ThreadShared {
             tid,
             name: std::thread::current().name().unwrap_or("").to_string(),
@@ -786,17 +785,6 @@ impl ThreadRegions {
         self.now = now;
         result.map_err(|e| RegionError::Counters { thread: tid, op: "read", source: Box::new(e) })
     }
-}
-
-/// Lets members of just-enabled perf groups start counting.
-///
-/// Measured on kernel 6.18 here: after a group enable (`PERF_IOC_FLAG_GROUP`)
-/// of a thread's own group, the members other than the leader show time
-/// enabled and running but count nothing until the thread is next switched
-/// in (300 page faults read as 0 in 2 of 3 runs). One short sleep switches
-/// it out and in. Called once per set-up, never on the hot path.
-pub(crate) fn settle_group_members() {
-    std::thread::sleep(std::time::Duration::from_micros(1));
 }
 
 /// A counter's increase between two readings of (raw, enabled, running),

@@ -1705,7 +1705,7 @@ mod tests {
         s.start().unwrap();
         let before = k.ioctls().len();
         drop(s);
-        assert_eq!(k.ioctls()[before..], [papirus_substrate::sys::Ioctl::Disable { group: true }]);
+        assert_eq!(k.ioctls()[before..], [papirus_substrate::sys::Ioctl::Disable { group: false }]);
         assert_eq!(k.live_fds(), 0);
         let mut s = lib.event_set();
         s.add_named("task-clock").unwrap();

@@ -150,6 +150,10 @@ pub(crate) fn open_fd(
     }
     // After the sampling fields: read(2) of the event keeps the caller's format.
     raw.read_format = read_format;
+    // Members count while their leader does; see `Group::enable`.
+    if group.is_some() {
+        raw.set_disabled(0);
+    }
     let (pid, cpu) = target.pid_cpu();
     let fd = sys
         .perf_event_open(&mut raw, pid, cpu, group, u64::from(b::PERF_FLAG_FD_CLOEXEC))
