@@ -7,6 +7,9 @@ pub enum Error {
     /// A substrate failure (ELF, perf).
     #[error(transparent)]
     Substrate(#[from] papirus_substrate::Error),
+    /// Patching a process's code failed.
+    #[error(transparent)]
+    Patch(#[from] crate::patch::PatchError),
 }
 
 /// The result type of papirus-dyninst.

@@ -1,0 +1,276 @@
+//! papirus-probe-runtime: the code papirus-probe's trampolines call inside the
+//! instrumented program.
+//!
+//! Loaded by `LD_PRELOAD` for `papirus-probe run` and by an injected `dlopen`
+//! for `attach`; tests link it as an rlib and patch functions of their own
+//! process. The hot path ([`hooks`]) keeps, per thread and per function,
+//! calls, inclusive and exclusive time, min and max, and a one-level caller →
+//! callee table, without locks, allocation, system calls, libc or vector
+//! registers. The cold path (set-up, reports) is ordinary Rust.
+//!
+//! # Set-up
+//!
+//! A program gets its function names and options from a session file (JSON,
+//! [`Session`]) named by `PAPIRUS_PROBE_SESSION` or, for an injected runtime,
+//! `/tmp/papirus-probe-session-<pid>.json`, read by the library constructor.
+//! The report is written at exit (atexit) and by [`papirus_probe_flush`].
+//!
+//! # Caveats
+//!
+//! - Inclusive time of a tail caller includes its tail callee (they share a
+//!   return address); the callee's time is excluded from the caller's
+//!   exclusive time.
+//! - Reports of threads still running are read without stopping them.
+//! - Exceptions are handled for unwinders that go through the hooked libgcc
+//!   entry points and `__cxa_begin_catch`; Rust panics caught by
+//!   `catch_unwind` across instrumented frames are not.
+#![deny(unsafe_code)]
+
+pub mod cabi;
+pub mod hooks;
+pub mod report;
+mod state;
+mod sys;
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+pub use report::{EdgeReport, FORMAT_VERSION, FunctionReport, Report, ThreadReport};
+
+/// What the hooks measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Probe {
+    /// Counts calls and tracks returns, takes no timestamps (the probe's own cost floor).
+    Empty,
+    /// Real time from the TSC.
+    Wallclock,
+}
+
+impl Probe {
+    /// The probe's name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::Empty => "empty",
+            Probe::Wallclock => "wallclock",
+        }
+    }
+}
+
+/// A session file: what the tool tells the runtime inside the target.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// [`FORMAT_VERSION`] of the writer.
+    pub format_version: u32,
+    /// The probe.
+    pub probe: Probe,
+    /// Instrumented function names; ids are indices.
+    pub functions: Vec<String>,
+    /// Where the report goes at exit and at [`cabi::papirus_probe_flush`].
+    pub output: PathBuf,
+}
+
+/// Set-up and report errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// More functions than the capacity chosen at [`init`].
+    #[error("the probe runtime was set up for {capacity} functions; {requested} requested: set it up with a larger capacity")]
+    Capacity {
+        /// Capacity given to [`init`].
+        capacity: u64,
+        /// Functions registered so far plus the new ones.
+        requested: u64,
+    },
+    /// [`register_functions`] before [`init`].
+    #[error("the probe runtime is not set up: call init first")]
+    NotInitialised,
+    /// No output path configured.
+    #[error("no report path was configured for this process")]
+    NoOutput,
+    /// Reading a session file or writing a report failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A malformed session file.
+    #[error("session file {path}: {source}")]
+    Session {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        source: serde_json::Error,
+    },
+}
+
+struct Global {
+    names: Vec<String>,
+    output: Option<PathBuf>,
+    started: Option<(Instant, u64)>,
+}
+
+static GLOBAL: Mutex<Global> = Mutex::new(Global { names: Vec::new(), output: None, started: None });
+
+fn global() -> std::sync::MutexGuard<'static, Global> {
+    GLOBAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Sets the number of functions each thread's table holds (first call wins;
+/// later calls keep it) and the probe.
+pub fn init(capacity: u64, probe: Probe) {
+    let mut g = global();
+    if g.started.is_none() {
+        g.started = Some((Instant::now(), sys::rdtsc()));
+    }
+    let _ = state::CAPACITY.compare_exchange(0, capacity.max(1), Ordering::AcqRel, Ordering::Acquire);
+    set_probe(probe);
+}
+
+/// Switches the probe for calls from now on (benches compare probes in one process).
+pub fn set_probe(probe: Probe) {
+    hooks::TIMED.store(probe == Probe::Wallclock, Ordering::Relaxed);
+}
+
+/// Adds functions; returns their ids.
+pub fn register_functions<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Error> {
+    let capacity = state::CAPACITY.load(Ordering::Acquire);
+    if capacity == 0 {
+        return Err(Error::NotInitialised);
+    }
+    let mut g = global();
+    let first = g.names.len() as u64;
+    let requested = first + names.len() as u64;
+    if requested > capacity {
+        return Err(Error::Capacity { capacity, requested });
+    }
+    g.names.extend(names.iter().map(|n| n.as_ref().to_string()));
+    Ok(first as u32..requested as u32)
+}
+
+/// Sets where [`flush`] writes.
+pub fn set_output(path: &Path) {
+    global().output = Some(path.to_path_buf());
+}
+
+/// Addresses of the hooks in this process, for the in-process patcher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hooks {
+    /// [`hooks::papirus_probe_enter`].
+    pub enter: u64,
+    /// [`hooks::papirus_probe_unwind_begin`].
+    pub unwind_begin: u64,
+    /// [`hooks::papirus_probe_catch`].
+    pub catch: u64,
+    /// The exit stub hijacked returns go to.
+    pub exit_stub: u64,
+}
+
+/// The hooks of this process.
+pub fn hooks() -> Hooks {
+    Hooks {
+        enter: hooks::papirus_probe_enter as *const () as usize as u64,
+        unwind_begin: hooks::papirus_probe_unwind_begin as *const () as usize as u64,
+        catch: hooks::papirus_probe_catch as *const () as usize as u64,
+        exit_stub: hooks::exit_stub(),
+    }
+}
+
+/// Shortest interval the TSC rate is measured over.
+const RATE_WINDOW: Duration = Duration::from_millis(20);
+
+/// The results so far, of every thread (exited ones included).
+pub fn snapshot() -> Report {
+    let g = global();
+    let timed = hooks::TIMED.load(Ordering::Relaxed);
+    let ticks_per_second = match (timed, g.started) {
+        (true, Some((t0, c0))) => {
+            while t0.elapsed() < RATE_WINDOW {
+                std::hint::spin_loop();
+            }
+            let (c1, dt) = (sys::rdtsc(), t0.elapsed());
+            c1.saturating_sub(c0) as f64 / dt.as_secs_f64()
+        }
+        _ => 0.0,
+    };
+    let threads = state::threads()
+        .map(|t| {
+            let functions = (0..t.nfuncs)
+                .filter_map(|i| {
+                    let s = t.stats(i);
+                    (s.calls.get() > 0).then(|| FunctionReport {
+                        id: i as u32,
+                        calls: s.calls.get(),
+                        exits: s.exits.get(),
+                        unwound: s.unwound.get(),
+                        incl_ticks: s.incl.get(),
+                        excl_ticks: s.excl.get(),
+                        min_ticks: s.min.get(),
+                        max_ticks: s.max.get(),
+                    })
+                })
+                .collect();
+            let callees = (0..=t.edge_mask)
+                .map(|i| t.edge(i))
+                .filter(|e| e.key.get() != 0)
+                .map(|e| EdgeReport {
+                    caller: ((e.key.get() >> 32) - 1) as u32,
+                    callee: e.key.get() as u32,
+                    calls: e.calls.get(),
+                    incl_ticks: e.incl.get(),
+                })
+                .collect();
+            ThreadReport {
+                tid: t.tid as u32,
+                functions,
+                callees,
+                open: t.depth.get(),
+                reentered: t.reentered.get(),
+                overflow: t.overflow.get(),
+                edge_overflow: t.edge_overflow.get(),
+            }
+        })
+        .collect();
+    Report {
+        format_version: FORMAT_VERSION,
+        probe: if timed { Probe::Wallclock } else { Probe::Empty }.name().to_string(),
+        pid: std::process::id(),
+        ticks_per_second,
+        functions: g.names.clone(),
+        threads,
+    }
+}
+
+/// Writes the report to the configured path.
+pub fn flush() -> Result<PathBuf, Error> {
+    let path = global().output.clone().ok_or(Error::NoOutput)?;
+    let text = serde_json::to_string_pretty(&snapshot()).expect("reports serialise");
+    std::fs::write(&path, text).map_err(|source| Error::Io { op: "write report", path: path.clone(), source })?;
+    Ok(path)
+}
+
+/// Reads a session file and sets the runtime up from it.
+pub fn setup_from(path: &Path) -> Result<Session, Error> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|source| Error::Io { op: "read session", path: path.to_path_buf(), source })?;
+    let s: Session =
+        serde_json::from_str(&text).map_err(|source| Error::Session { path: path.to_path_buf(), source })?;
+    init(s.functions.len() as u64, s.probe);
+    register_functions(&s.functions)?;
+    set_output(&s.output);
+    Ok(s)
+}
+
+/// Session file of a runtime injected into process `pid`.
+pub fn injected_session_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/papirus-probe-session-{pid}.json"))
+}
