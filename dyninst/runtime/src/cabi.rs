@@ -30,7 +30,6 @@ unsafe extern "C" {
     fn atexit(f: extern "C" fn()) -> i32;
 }
 
-
 extern "C" fn constructor() {
     let path = match std::env::var_os("PAPIRUS_PROBE_SESSION") {
         Some(p) => PathBuf::from(p),

@@ -102,9 +102,7 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
     };
     // A hook interrupted by a signal never hijacks the handler's returns, so
     // a return through the stub always finds the tables free.
-    let Some(g) = t.enter() else {
-        sys::die(b"papirus-probe-runtime: exit stub reached inside a hook\n")
-    };
+    let Some(g) = t.enter() else { sys::die(b"papirus-probe-runtime: exit stub reached inside a hook\n") };
     let now = now();
     g.reap_below(rsp_after_ret - 8, now);
     if g.depth() == 0 {

@@ -80,7 +80,9 @@ pub struct Session {
 #[non_exhaustive]
 pub enum Error {
     /// More functions than the capacity chosen at [`init`].
-    #[error("the probe runtime was set up for {capacity} functions; {requested} requested: set it up with a larger capacity")]
+    #[error(
+        "the probe runtime was set up for {capacity} functions; {requested} requested: set it up with a larger capacity"
+    )]
     Capacity {
         /// Capacity given to [`init`].
         capacity: u64,
@@ -254,14 +256,21 @@ pub fn snapshot() -> Report {
 pub fn flush() -> Result<PathBuf, Error> {
     let path = global().output.clone().ok_or(Error::NoOutput)?;
     let text = serde_json::to_string_pretty(&snapshot()).expect("reports serialise");
-    std::fs::write(&path, text).map_err(|source| Error::Io { op: "write report", path: path.clone(), source })?;
+    std::fs::write(&path, text).map_err(|source| Error::Io {
+        op: "write report",
+        path: path.clone(),
+        source,
+    })?;
     Ok(path)
 }
 
 /// Reads a session file and sets the runtime up from it.
 pub fn setup_from(path: &Path) -> Result<Session, Error> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|source| Error::Io { op: "read session", path: path.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+        op: "read session",
+        path: path.to_path_buf(),
+        source,
+    })?;
     let s: Session =
         serde_json::from_str(&text).map_err(|source| Error::Session { path: path.to_path_buf(), source })?;
     init(s.functions.len() as u64, s.probe);

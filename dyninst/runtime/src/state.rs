@@ -294,7 +294,11 @@ impl Guard {
         let excl = dur.saturating_sub(e.child.get());
         let s = t.stats(fid);
         let n = s.exits.get() + s.unwound.get();
-        if unwound { s.unwound.add(1) } else { s.exits.add(1) }
+        if unwound {
+            s.unwound.add(1)
+        } else {
+            s.exits.add(1)
+        }
         let active = s.active.get().saturating_sub(1);
         s.active.set(active);
         if active == 0 {

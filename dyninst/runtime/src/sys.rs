@@ -16,6 +16,8 @@ use core::arch::{asm, global_asm};
 global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
     ".p2align 3",
+    ".globl papirus_probe_tls_slot",
+    ".hidden papirus_probe_tls_slot",
     ".type papirus_probe_tls_slot,@object",
     ".size papirus_probe_tls_slot,8",
     "papirus_probe_tls_slot:",
@@ -90,7 +92,7 @@ pub(crate) fn mmap_zeroed(len: usize) -> Option<*mut u8> {
     const PROT_RW: u64 = 0x1 | 0x2;
     const MAP_PRIVATE_ANON: u64 = 0x02 | 0x20;
     let r = syscall6(SYS_MMAP, [0, len as u64, PROT_RW, MAP_PRIVATE_ANON, u64::MAX, 0]);
-    (r > 0 || r < -4095).then_some(r as usize as *mut u8)
+    (!(-4095..=0).contains(&r)).then_some(r as usize as *mut u8)
 }
 
 /// The calling thread's kernel id.

@@ -1,7 +1,9 @@
 //! Deciding whether a function's entry can take a 5-byte jump, and which
 //! instructions the jump displaces.
 
-use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter, Register};
+use iced_x86::{
+    Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter, Register,
+};
 
 /// Length of `jmp rel32`.
 pub const JMP_LEN: u64 = 5;
@@ -55,6 +57,9 @@ pub enum Refusal {
         /// Offset from the function start.
         offset: u64,
     },
+    /// A compiler-split cold part (`f.cold`), entered by a jump from its function, not by a call.
+    #[error("a cold part of a function, entered by a jump rather than a call")]
+    NotAnEntry,
     /// Another symbol at the same address is already instrumented.
     #[error("already instrumented (an alias at the same address, or patched earlier)")]
     AlreadyPatched,
@@ -111,10 +116,12 @@ pub fn plan(code: &[u8], func: u64) -> Result<EntryPlan, Refusal> {
         if i.is_invalid() {
             return Err(Refusal::Undecodable { offset });
         }
-        if moved.is_empty() && i.code() == Code::Jmp_rm64 && i.is_ip_rel_memory_operand() {
-            if (code.len() as u64) <= PLT_STUB_MAX {
-                return Err(Refusal::PltStub);
-            }
+        if moved.is_empty()
+            && i.code() == Code::Jmp_rm64
+            && i.is_ip_rel_memory_operand()
+            && (code.len() as u64) <= PLT_STUB_MAX
+        {
+            return Err(Refusal::PltStub);
         }
         len += i.len() as u64;
         let last = len >= JMP_LEN;

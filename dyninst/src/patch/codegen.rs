@@ -4,11 +4,12 @@
 //! first instructions, with the stack exactly as the caller left it:
 //!
 //! ```text
-//! pushfq; push rax rcx rdx rsi rdi r8 r9 r10 r11 rbx   ; what the code may rely on
+//! push rax; lahf; seto al; push rax                  ; status flags
+//! push rcx rdx rsi rdi r8 r9 r10 r11 rbx             ; what the code may rely on
 //! mov rbx, rsp; and rsp, -16; cld                      ; ABI state for the hook
 //! mov edi, ARG; lea rsi, [rbx + 88]                    ; id, return-address slot
 //! call [rip + hook]
-//! mov rsp, rbx; pop …; popfq
+//! mov rsp, rbx; pop …; pop rax; add al, 0x7f; sahf; pop rax
 //! <displaced instructions, relocated>
 //! jmp <first original instruction not displaced>
 //! hook: dq HOOK
@@ -26,7 +27,8 @@ use iced_x86::{Code, FlowControl, Instruction};
 
 use super::analyze::{EntryPlan, JMP_LEN, Refusal};
 
-/// Bytes from the trampoline's saved-register area to the return-address slot.
+/// Bytes from the trampoline's saved-register area to the return-address slot
+/// (rax, the flags image and nine more registers).
 const SAVED: i32 = 11 * 8;
 
 /// Assembles the entry trampoline of `plan` for address `ip`, calling
@@ -38,8 +40,13 @@ pub fn entry_trampoline(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Resul
 fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut hook_ptr = a.create_label();
-    let saved = [rax, rcx, rdx, rsi, rdi, r8, r9, r10, r11, rbx];
-    a.pushfq()?;
+    let saved = [rcx, rdx, rsi, rdi, r8, r9, r10, r11, rbx];
+    // Status flags without pushfq/popfq (popfq alone costs more than the rest
+    // of the trampoline here): SF ZF AF PF CF via lahf/sahf, OF via seto.
+    a.push(rax)?;
+    a.lahf()?;
+    a.seto(al)?;
+    a.push(rax)?;
     for r in saved {
         a.push(r)?;
     }
@@ -53,7 +60,10 @@ fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, Iced
     for r in saved.into_iter().rev() {
         a.pop(r)?;
     }
-    a.popfq()?;
+    a.pop(rax)?;
+    a.add(al, 0x7f)?; // OF = the saved seto bit
+    a.sahf()?;
+    a.pop(rax)?;
     for i in &plan.moved {
         relocate(&mut a, i)?;
     }
@@ -112,7 +122,8 @@ mod tests {
         let tip = f + 0x10_0000;
         let bytes = entry_trampoline(&p, tip, 0x1234_5678_9abc, 7).unwrap();
         let insns = decode(&bytes, tip);
-        let load = insns.iter().find(|i| i.mnemonic() == Mnemonic::Mov && i.is_ip_rel_memory_operand()).unwrap();
+        let load =
+            insns.iter().find(|i| i.mnemonic() == Mnemonic::Mov && i.is_ip_rel_memory_operand()).unwrap();
         assert_eq!(load.ip_rel_memory_address(), f + 7 + 0x100);
         let back = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jmp).unwrap();
         assert_eq!(back.near_branch_target(), f + 7, "back to the original code");
@@ -135,8 +146,10 @@ mod tests {
         let insns = decode(&entry_trampoline(&p, tip, 1, 0).unwrap(), tip);
         let jmps: Vec<_> = insns.iter().filter(|i| i.mnemonic() == Mnemonic::Jmp).collect();
         assert_eq!(jmps[0].near_branch_target(), f + 6 + 0x40, "the call became a jmp to its target");
-        let pushed: Vec<_> =
-            insns.iter().filter(|i| i.mnemonic() == Mnemonic::Mov && i.op0_kind() == iced_x86::OpKind::Memory).collect();
+        let pushed: Vec<_> = insns
+            .iter()
+            .filter(|i| i.mnemonic() == Mnemonic::Mov && i.op0_kind() == iced_x86::OpKind::Memory)
+            .collect();
         assert_eq!(pushed[0].immediate32(), (f + 6) as u32);
         assert_eq!(pushed[1].immediate32(), ((f + 6) >> 32) as u32);
         assert!(insns.iter().all(|i| i.mnemonic() != Mnemonic::Call || i.is_ip_rel_memory_operand()));

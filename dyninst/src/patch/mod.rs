@@ -69,6 +69,14 @@ pub enum PatchError {
     Target(String),
 }
 
+/// Unwinder entry points that get the runtime's `papirus_probe_unwind_begin`
+/// hook (libgcc_s): each starts walking the stack, which must then hold real
+/// return addresses.
+pub const UNWIND_BEGIN: [&str; 4] =
+    ["_Unwind_RaiseException", "_Unwind_Resume", "_Unwind_Resume_or_Rethrow", "_Unwind_ForcedUnwind"];
+/// Where a C++ catch begins (libstdc++): gets the runtime's `papirus_probe_catch` hook.
+pub const CATCH_BEGIN: &str = "__cxa_begin_catch";
+
 /// One function to instrument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionSpec {
@@ -155,6 +163,10 @@ impl<S: AddressSpace> Patcher<S> {
         let mut jumps = Vec::new();
         for f in funcs {
             let refuse = |reason| Refused { name: f.name.clone(), addr: f.addr, reason };
+            if f.name.contains(".cold") {
+                out.refused.push(refuse(Refusal::NotAnEntry));
+                continue;
+            }
             let mut code = vec![0; f.size as usize];
             self.space.read(f.addr, &mut code)?;
             let plan = match analyze::plan(&code, f.addr) {
