@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod attr;
+pub mod elf;
 pub mod error;
 pub mod sys;
 

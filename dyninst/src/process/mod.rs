@@ -1,0 +1,508 @@
+//! Process control: start a program stopped at its entry point or attach to a
+//! running one, hold every thread stopped, read and write its memory and
+//! registers, run system calls and functions inside it, load a library into it,
+//! and leave it as it was.
+//!
+//! A [`Process`] is the whole target held stopped: every thread is in a ptrace
+//! stop for as long as the value lives (methods that run code resume only the
+//! thread they use, and stop it again before returning). Dropping it detaches.
+//!
+//! ptrace binds a tracee to the tracer *thread*, so a `Process` is neither
+//! `Send` nor `Sync`: create, use and drop it on one thread.
+//!
+//! Every wait is bounded ([`Process::set_timeout`]); a target that exits or is
+//! killed gives [`Error::TargetExited`], never a hang.
+
+mod inject;
+mod memory;
+mod regs;
+mod remote;
+mod spawn;
+mod sys;
+mod wait;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::fs::File;
+use std::marker::PhantomData;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::ptrace::{self, Options};
+use nix::unistd::Pid;
+
+use crate::error::{Error, PermissionReason, Result};
+
+pub use inject::Library;
+pub use regs::{Regs, XState};
+pub use spawn::Spawn;
+use wait::Event;
+
+/// How a process or thread ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// `exit(code)`.
+    Code(i32),
+    /// Killed by this signal number.
+    Signal(i32),
+    /// Gone, and the kernel no longer says how.
+    Unknown,
+}
+
+impl Exit {
+    /// Decodes a wait status (as from `waitpid` or `PTRACE_GETEVENTMSG` at an exit event).
+    pub fn from_wait_status(status: i32) -> Exit {
+        if libc::WIFEXITED(status) {
+            Exit::Code(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Exit::Signal(libc::WTERMSIG(status))
+        } else {
+            Exit::Unknown
+        }
+    }
+}
+
+impl fmt::Display for Exit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Exit::Code(c) => write!(f, "exit code {c}"),
+            Exit::Signal(s) => write!(f, "killed by {}", signal_name(*s)),
+            Exit::Unknown => write!(f, "exit status unknown"),
+        }
+    }
+}
+
+/// `SIGSEGV`, `SIGRTMIN+2`, … for a signal number.
+pub fn signal_name(sig: i32) -> String {
+    match nix::sys::signal::Signal::try_from(sig) {
+        Ok(s) => s.as_str().to_string(),
+        Err(_) if (libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&sig) => {
+            format!("SIGRTMIN+{}", sig - libc::SIGRTMIN())
+        }
+        Err(_) => format!("signal {sig}"),
+    }
+}
+
+/// One traced thread, always in a ptrace stop while the `Process` is held.
+#[derive(Debug, Default)]
+struct Thread {
+    /// Signals that arrived while we held the thread; delivered when it resumes.
+    pending: Vec<i32>,
+    /// Stopped at its exit event (with the status it exits with): it can no longer run code.
+    exit: Option<Exit>,
+}
+
+/// Options for every seized thread: follow new threads, see exits.
+const OPTIONS: Options = Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXIT);
+
+/// Default bound on every wait for a stop.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A process whose threads are all stopped under our control. Dropping it detaches.
+#[derive(Debug)]
+pub struct Process {
+    pid: i32,
+    threads: BTreeMap<i32, Thread>,
+    mem: File,
+    child: bool,
+    worker: i32,
+    syscall_insn: Option<u64>,
+    timeout: Duration,
+    /// ptrace requests must come from the thread that attached.
+    _not_send: PhantomData<*const ()>,
+}
+
+/// A process we detached from. When we started it, it is our child and can be waited for.
+#[derive(Debug)]
+pub struct Detached {
+    pid: i32,
+    child: bool,
+}
+
+impl Detached {
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Waits up to `timeout` for a process we started to end, and reaps it.
+    pub fn wait(&self, timeout: Duration) -> Result<Exit> {
+        if !self.child {
+            return Err(Error::InvalidArgument {
+                what: format!(
+                    "pid {} was attached to, not started by papirus: it is not our child",
+                    self.pid
+                ),
+            });
+        }
+        match wait::poll(self.pid, 0, Instant::now() + timeout)? {
+            Some(status) => Ok(Exit::from_wait_status(status)),
+            None => {
+                Err(Error::Timeout { what: "exit", tid: self.pid, timeout_ms: timeout.as_millis() as u64 })
+            }
+        }
+    }
+}
+
+impl Process {
+    /// Attaches to a running process: seizes and stops every thread.
+    pub fn attach(pid: i32) -> Result<Process> {
+        precheck(pid)?;
+        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS) {
+            return Err(seize_error(pid, errno));
+        }
+        let mem = match open_mem(pid) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = sys::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
+                return Err(e);
+            }
+        };
+        let mut p = Process::held(pid, mem, false);
+        p.threads.insert(pid, Thread::default());
+        let mut fresh = BTreeSet::from([pid]);
+        p.interrupt(pid)?;
+        loop {
+            p.wait_stopped(fresh, "stop")?;
+            fresh = p.seize_new_tasks()?;
+            if fresh.is_empty() {
+                break;
+            }
+        }
+        // Every thread on its way out: the process is ending (exit_group or a fatal signal).
+        if p.threads.values().all(|t| t.exit.is_some()) {
+            let status = p.threads.get(&pid).and_then(|t| t.exit).unwrap_or(Exit::Unknown);
+            return Err(p.exited("attach", status));
+        }
+        Ok(p)
+    }
+
+    fn held(pid: i32, mem: File, child: bool) -> Process {
+        Process {
+            pid,
+            threads: BTreeMap::new(),
+            mem,
+            child,
+            worker: pid,
+            syscall_insn: None,
+            timeout: DEFAULT_TIMEOUT,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Thread ids of every stopped thread, the leader first when it is alive.
+    pub fn threads(&self) -> Vec<i32> {
+        let mut v: Vec<i32> = self.threads.keys().copied().collect();
+        v.sort_by_key(|&t| (t != self.pid, t));
+        v
+    }
+
+    /// Whether papirus started this process (it is our child).
+    pub fn is_child(&self) -> bool {
+        self.child
+    }
+
+    /// Bounds every later wait for a stop, a remote system call or a remote call.
+    pub fn set_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The thread used to run system calls and functions (the leader by default).
+    pub fn worker(&self) -> i32 {
+        self.worker
+    }
+
+    /// Chooses the thread that runs system calls and functions.
+    pub fn set_worker(&mut self, tid: i32) -> Result<&mut Self> {
+        self.usable(tid)?;
+        self.worker = tid;
+        Ok(self)
+    }
+
+    /// Resumes every thread and releases the process.
+    pub fn detach(mut self) -> Result<Detached> {
+        let r = self.release();
+        let d = Detached { pid: self.pid, child: self.child };
+        // release() emptied the thread table, so Drop has nothing left to do.
+        drop(self);
+        r.map(|()| d)
+    }
+
+    /// Resumes every thread for `pause`, then stops them all again (and any new thread).
+    pub fn run_for(&mut self, pause: Duration) -> Result<()> {
+        self.resume_all()?;
+        std::thread::sleep(pause);
+        self.stop_all()
+    }
+
+    fn resume_all(&mut self) -> Result<()> {
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            self.resume(tid, libc::PTRACE_CONT)?;
+        }
+        Ok(())
+    }
+
+    /// Resumes one thread with its first held signal (re-queuing the others).
+    fn resume(&mut self, tid: i32, req: libc::c_uint) -> Result<()> {
+        let pending = self.threads.get_mut(&tid).map(|t| std::mem::take(&mut t.pending)).unwrap_or_default();
+        for &sig in pending.iter().skip(1) {
+            let _ = sys::tgkill(self.pid, tid, sig);
+        }
+        let first = pending.first().copied().unwrap_or(0);
+        match sys::ptrace(req, tid, 0, first as u64) {
+            Ok(_) => Ok(()),
+            Err(Errno::ESRCH) => {
+                self.reap(tid);
+                Ok(())
+            }
+            Err(errno) => Err(Error::Ptrace { op: req_name(req), tid, errno }),
+        }
+    }
+
+    fn stop_all(&mut self) -> Result<()> {
+        let tids: BTreeSet<i32> = self.threads.keys().copied().collect();
+        for &tid in &tids {
+            self.interrupt(tid)?;
+        }
+        let mut fresh = tids;
+        loop {
+            self.wait_stopped(fresh, "stop")?;
+            fresh = self.seize_new_tasks()?;
+            if fresh.is_empty() {
+                return Ok(());
+            }
+        }
+    }
+
+    fn interrupt(&mut self, tid: i32) -> Result<()> {
+        match ptrace::interrupt(Pid::from_raw(tid)) {
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(errno) => Err(Error::Ptrace { op: "PTRACE_INTERRUPT", tid, errno }),
+        }
+    }
+
+    /// Waits until every thread of `tids` reports a stop, following clones and exits.
+    fn wait_stopped(&mut self, mut tids: BTreeSet<i32>, what: &'static str) -> Result<()> {
+        let deadline = Instant::now() + self.timeout;
+        while let Some(tid) = tids.pop_first() {
+            match wait::event(tid, deadline)? {
+                None => {
+                    return Err(Error::Timeout { what, tid, timeout_ms: self.timeout.as_millis() as u64 });
+                }
+                Some(Event::Stopped) => {}
+                Some(Event::Signal(sig)) => self.thread(tid).pending.push(sig),
+                Some(Event::Clone(new)) => {
+                    self.threads.entry(new).or_default();
+                    tids.insert(new);
+                }
+                Some(Event::Exiting(status)) => self.thread(tid).exit = Some(status),
+                Some(Event::Exec) => {
+                    return Err(Error::InvalidArgument {
+                        what: format!(
+                            "pid {} called execve while papirus stopped it; attach again",
+                            self.pid
+                        ),
+                    });
+                }
+                Some(Event::Gone(status)) => {
+                    self.threads.remove(&tid);
+                    if tid == self.pid {
+                        return Err(Error::TargetExited { pid: self.pid, status, during: what });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn thread(&mut self, tid: i32) -> &mut Thread {
+        self.threads.entry(tid).or_default()
+    }
+
+    /// Seizes and interrupts every thread in /proc/PID/task not yet ours; returns them.
+    fn seize_new_tasks(&mut self) -> Result<BTreeSet<i32>> {
+        let mut fresh = BTreeSet::new();
+        for tid in task_ids(self.pid)? {
+            if self.threads.contains_key(&tid) {
+                continue;
+            }
+            match ptrace::seize(Pid::from_raw(tid), OPTIONS) {
+                Ok(()) => {}
+                // Exited between the listing and the seize.
+                Err(Errno::ESRCH) => continue,
+                // Auto-attached through a clone event we have not read yet, or a zombie thread.
+                Err(Errno::EPERM) => match status_field(tid, "TracerPid") {
+                    Some(t) if t == std::process::id().to_string() => {}
+                    _ => continue,
+                },
+                Err(errno) => return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid, errno }),
+            }
+            self.threads.insert(tid, Thread::default());
+            self.interrupt(tid)?;
+            fresh.insert(tid);
+        }
+        Ok(fresh)
+    }
+
+    /// Detaches every thread, delivering held signals; empties the thread table.
+    fn release(&mut self) -> Result<()> {
+        let mut first_err = None;
+        let tids: Vec<i32> = self.threads.keys().copied().collect();
+        for tid in tids {
+            if let Err(e) = self.resume(tid, libc::PTRACE_DETACH) {
+                first_err.get_or_insert(e);
+            }
+        }
+        self.threads.clear();
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Forgets a thread that vanished, reaping it if it left a traced zombie.
+    fn reap(&mut self, tid: i32) {
+        let _ = sys::waitpid(tid, libc::__WALL | libc::WNOHANG);
+        self.threads.remove(&tid);
+    }
+
+    /// Checks that `tid` is one of our stopped threads and can run code.
+    fn usable(&self, tid: i32) -> Result<()> {
+        match self.threads.get(&tid) {
+            Some(t) if t.exit.is_none() => Ok(()),
+            Some(_) => {
+                Err(Error::InvalidArgument { what: format!("thread {tid} is exiting and cannot run code") })
+            }
+            None => Err(Error::InvalidArgument {
+                what: format!("{tid} is not a thread of pid {} held by papirus", self.pid),
+            }),
+        }
+    }
+
+    fn exited(&self, during: &'static str, status: Exit) -> Error {
+        Error::TargetExited { pid: self.pid, status, during }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.release();
+    }
+}
+
+fn req_name(req: libc::c_uint) -> &'static str {
+    match req {
+        libc::PTRACE_CONT => "PTRACE_CONT",
+        libc::PTRACE_DETACH => "PTRACE_DETACH",
+        libc::PTRACE_SINGLESTEP => "PTRACE_SINGLESTEP",
+        _ => "ptrace",
+    }
+}
+
+fn proc_path(pid: i32, file: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/{file}"))
+}
+
+fn read_proc(pid: i32, file: &str) -> Result<String> {
+    let path = proc_path(pid, file);
+    std::fs::read_to_string(&path).map_err(|source| match source.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => Error::NoSuchProcess { pid },
+        _ => Error::Io { path, source },
+    })
+}
+
+/// A `Name:\tvalue` field of /proc/PID/status.
+fn status_field(pid: i32, name: &str) -> Option<String> {
+    let text = std::fs::read_to_string(proc_path(pid, "status")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
+}
+
+/// The thread ids listed in /proc/PID/task.
+fn task_ids(pid: i32) -> Result<Vec<i32>> {
+    let path = proc_path(pid, "task");
+    let dir = std::fs::read_dir(&path).map_err(|source| match source.raw_os_error() {
+        Some(libc::ENOENT) | Some(libc::ESRCH) => Error::NoSuchProcess { pid },
+        _ => Error::Io { path: path.clone(), source },
+    })?;
+    Ok(dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect())
+}
+
+/// The kernel's PF_KTHREAD flag in /proc/PID/stat.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Refuses pids that cannot be traced before touching them.
+fn precheck(pid: i32) -> Result<()> {
+    if pid <= 0 {
+        return Err(Error::NoSuchProcess { pid });
+    }
+    if pid as u32 == std::process::id() {
+        return Err(Error::SelfTrace { pid });
+    }
+    let stat = read_proc(pid, "stat")?;
+    // "pid (comm) S ppid ...": comm may contain spaces and parentheses.
+    let (head, rest) = stat.rsplit_once(")").ok_or(Error::NoSuchProcess { pid })?;
+    let name = head.split_once('(').map_or("", |(_, n)| n).to_string();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first().copied().unwrap_or("?");
+    let flags: u64 = fields.get(6).and_then(|f| f.parse().ok()).unwrap_or(0);
+    if flags & PF_KTHREAD != 0 {
+        return Err(Error::KernelThread { pid, name });
+    }
+    if (state == "Z" || state == "X") && task_ids(pid)?.len() <= 1 {
+        return Err(Error::Zombie { pid });
+    }
+    Ok(())
+}
+
+fn seize_error(pid: i32, errno: Errno) -> Error {
+    match errno {
+        Errno::ESRCH => Error::NoSuchProcess { pid },
+        Errno::EPERM => Error::PermissionDenied { pid, reason: permission_reason(pid) },
+        errno => Error::Ptrace { op: "PTRACE_SEIZE", tid: pid, errno },
+    }
+}
+
+/// CAP_SYS_PTRACE's bit in CapEff.
+const CAP_SYS_PTRACE: u32 = 19;
+
+fn permission_reason(pid: i32) -> PermissionReason {
+    if let Some(tracer) = status_field(pid, "TracerPid").and_then(|t| t.parse::<i32>().ok())
+        && tracer != 0
+    {
+        return PermissionReason::AlreadyTraced { tracer };
+    }
+    let me = std::process::id() as i32;
+    let has_cap = status_field(me, "CapEff")
+        .and_then(|c| u64::from_str_radix(&c, 16).ok())
+        .is_some_and(|c| c & (1 << CAP_SYS_PTRACE) != 0);
+    let owner = status_field(pid, "Uid").and_then(|u| u.split_whitespace().next()?.parse::<u32>().ok());
+    let us = status_field(me, "Uid").and_then(|u| u.split_whitespace().nth(1)?.parse::<u32>().ok());
+    if let (Some(owner), Some(us)) = (owner, us)
+        && owner != us
+        && !has_cap
+    {
+        return PermissionReason::NotOurs { owner, us };
+    }
+    if let Ok(scope) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope")
+        && let Ok(n) = scope.trim().parse::<u8>()
+        && (n >= 2 || (n == 1 && !has_cap))
+    {
+        return PermissionReason::PtraceScope(n);
+    }
+    PermissionReason::Other
+}
+
+fn open_mem(pid: i32) -> Result<File> {
+    let path = proc_path(pid, "mem");
+    std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(|source| {
+        match source.raw_os_error() {
+            Some(libc::ENOENT) | Some(libc::ESRCH) => Error::NoSuchProcess { pid },
+            _ => Error::Io { path, source },
+        }
+    })
+}

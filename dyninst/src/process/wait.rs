@@ -1,0 +1,85 @@
+//! Bounded waits for ptrace stops, and their classification.
+
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::ptrace;
+use nix::unistd::Pid;
+
+use super::{Exit, sys};
+use crate::error::{Error, Result};
+
+/// What a thread reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Event {
+    /// PTRACE_EVENT_STOP: our interrupt, a group-stop, or the first stop of an auto-attached thread.
+    Stopped,
+    /// A signal-delivery stop: the signal is held until we resume the thread.
+    Signal(i32),
+    /// The thread created this new thread (auto-attached, it reports its own stop).
+    Clone(i32),
+    /// The thread stopped on its way out.
+    Exiting(Exit),
+    /// The process completed an execve.
+    Exec,
+    /// The thread (or, for the leader, the process) ended and has been reaped.
+    Gone(Exit),
+}
+
+/// Polls `waitpid(tid)` with `flags | WNOHANG` until it reports or `deadline` passes.
+/// Spins briefly with `sched_yield` (a stop normally arrives within tens of µs),
+/// then sleeps with a growing pause capped at 1 ms.
+pub(super) fn poll(tid: i32, flags: libc::c_int, deadline: Instant) -> Result<Option<i32>> {
+    const SPINS: u32 = 64;
+    let mut round = 0u32;
+    let mut pause = Duration::from_micros(20);
+    loop {
+        match sys::waitpid(tid, flags | libc::WNOHANG) {
+            Ok(Some(status)) => return Ok(Some(status)),
+            Ok(None) => {}
+            Err(Errno::EINTR) => continue,
+            Err(Errno::ECHILD) => return Err(Error::Ptrace { op: "waitpid", tid, errno: Errno::ECHILD }),
+            Err(errno) => return Err(Error::Ptrace { op: "waitpid", tid, errno }),
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        if round < SPINS {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(1));
+        }
+        round += 1;
+    }
+}
+
+/// Waits for the next event of one traced thread; `None` on timeout.
+pub(super) fn event(tid: i32, deadline: Instant) -> Result<Option<Event>> {
+    let status = match poll(tid, libc::__WALL, deadline) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Ok(None),
+        // Not (or no longer) waitable: the thread is gone and was reaped elsewhere.
+        Err(Error::Ptrace { errno: Errno::ECHILD, .. }) => return Ok(Some(Event::Gone(Exit::Unknown))),
+        Err(e) => return Err(e),
+    };
+    Ok(Some(classify(tid, status)))
+}
+
+fn classify(tid: i32, status: i32) -> Event {
+    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+        return Event::Gone(Exit::from_wait_status(status));
+    }
+    if !libc::WIFSTOPPED(status) {
+        return Event::Stopped;
+    }
+    let sig = libc::WSTOPSIG(status);
+    let msg = || ptrace::getevent(Pid::from_raw(tid)).unwrap_or(0);
+    match status >> 16 {
+        0 => Event::Signal(sig),
+        libc::PTRACE_EVENT_CLONE => Event::Clone(msg() as i32),
+        libc::PTRACE_EVENT_EXIT => Event::Exiting(Exit::from_wait_status(msg() as i32)),
+        libc::PTRACE_EVENT_EXEC => Event::Exec,
+        _ => Event::Stopped,
+    }
+}

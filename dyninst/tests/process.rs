@@ -1,0 +1,598 @@
+//! Process control against real processes: spawn at entry, attach/detach under
+//! load, remote mmap, library injection, and bad input. Target programs are
+//! built here with gcc.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::mman::ProtFlags;
+use papirus_dyninst::Error;
+use papirus_dyninst::error::PermissionReason;
+use papirus_dyninst::maps;
+use papirus_dyninst::process::{Exit, Process, Spawn};
+use papirus_substrate::elf::ElfFile;
+
+const SLEEPER: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    char buf[256];
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n == 0) break;
+        if (n < 0) { printf("read error: %s\n", strerror(errno)); return 2; }
+        fwrite(buf, 1, n, stdout);
+        fflush(stdout);
+    }
+    printf("bye\n");
+    return 0;
+}
+"#;
+
+const CTOR: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void ctor(void) { write(1, "ctor\n", 5); }
+int main(int argc, char **argv) {
+    const char *e = getenv("PAPIRUS_T");
+    printf("main argc=%d arg1=%s env=%s\n", argc, argc > 1 ? argv[1] : "", e ? e : "");
+    return 7;
+}
+"#;
+
+const PRELOAD: &str = r#"
+#include <unistd.h>
+__attribute__((constructor)) static void pre(void) { write(1, "preload\n", 8); }
+"#;
+
+/// Four threads summing disjoint ranges of 0..4N; main waits for stdin EOF, then prints.
+const THREADS: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+#define N 100000000UL
+static void *work(void *arg) {
+    unsigned long k = (unsigned long)arg;
+    volatile unsigned long acc = 0;
+    for (unsigned long i = k * N; i < (k + 1) * N; i++) acc += i;
+    return (void *)acc;
+}
+int main(void) {
+    pthread_t t[4];
+    unsigned long total = 0;
+    printf("ready\n");
+    fflush(stdout);
+    for (unsigned long k = 0; k < 4; k++) pthread_create(&t[k], 0, work, (void *)k);
+    for (int k = 0; k < 4; k++) { void *r; pthread_join(t[k], &r); total += (unsigned long)r; }
+    char c;
+    while (read(0, &c, 1) > 0) {}
+    printf("sum %lu\n", total);
+    return 0;
+}
+"#;
+const THREADS_N: u64 = 100_000_000;
+
+/// Keeps creating short-lived threads until stdin reaches EOF.
+const SPAWNER: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+static volatile int stop;
+static void *tiny(void *a) { return a; }
+static void *reader(void *a) { char c; while (read(0, &c, 1) > 0) {} stop = 1; return a; }
+int main(void) {
+    pthread_t r, t[4];
+    unsigned long n = 0;
+    pthread_create(&r, 0, reader, 0);
+    printf("ready\n");
+    fflush(stdout);
+    while (!stop) {
+        for (int k = 0; k < 4; k++) pthread_create(&t[k], 0, tiny, 0);
+        for (int k = 0; k < 4; k++) pthread_join(t[k], 0);
+        n += 4;
+    }
+    pthread_join(r, 0);
+    printf("created %s\n", n > 0 ? "threads" : "none");
+    return 0;
+}
+"#;
+
+struct Built {
+    dir: tempfile::TempDir,
+}
+
+impl Built {
+    fn new() -> Built {
+        Built { dir: tempfile::tempdir().expect("temp dir") }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Compiles C source into `name` with extra gcc flags.
+    fn cc(&self, name: &str, src: &str, flags: &[&str]) -> PathBuf {
+        let c = self.path(&format!("{name}.c"));
+        std::fs::write(&c, src).unwrap();
+        let out = self.path(name);
+        let st = Command::new("gcc")
+            .args(["-O1", "-g", "-pthread"])
+            .arg(&c)
+            .arg("-o")
+            .arg(&out)
+            .args(flags)
+            .status()
+            .expect("gcc");
+        assert!(st.success(), "gcc failed for {name}");
+        out
+    }
+}
+
+/// A running target with a pipe to its stdin and a reader on its stdout.
+struct Target {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: BufReader<std::process::ChildStdout>,
+}
+
+impl Target {
+    fn start(exe: &Path) -> Target {
+        let mut child =
+            Command::new(exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start target");
+        let stdin = child.stdin.take();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut t = Target { child, stdin, out };
+        assert_eq!(t.line(), "ready");
+        t
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn line(&mut self) -> String {
+        let mut s = String::new();
+        self.out.read_line(&mut s).unwrap();
+        s.trim_end().to_string()
+    }
+
+    fn send(&mut self, s: &str) {
+        let w = self.stdin.as_mut().unwrap();
+        w.write_all(s.as_bytes()).unwrap();
+        w.flush().unwrap();
+    }
+
+    /// Closes stdin, collects the rest of stdout and the exit status.
+    fn finish(mut self) -> (String, std::process::ExitStatus) {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut self.out, &mut rest).unwrap();
+        (rest, self.child.wait().unwrap())
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The State letter of /proc/PID/status ('S', 'R', 't', 'T', 'Z'), or None when gone.
+fn state(tid: i32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix("State:")).and_then(|v| v.trim().chars().next())
+}
+
+fn tasks(pid: i32) -> Vec<i32> {
+    let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Waits until the target's main thread sleeps in read(2) (syscall 0 in /proc/PID/syscall).
+fn wait_in_read(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        let sc = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        if sc.starts_with("0 ") && state(pid) == Some('S') {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("pid {pid} never blocked in read(2)");
+}
+
+fn assert_not_stopped(pid: i32) {
+    for tid in tasks(pid) {
+        let st = state(tid);
+        assert!(st != Some('t') && st != Some('T'), "tid {tid} of {pid} left stopped ({st:?})");
+    }
+}
+
+/// The executable mapping of the module whose file name starts with `prefix`.
+fn text_of(pid: i32, prefix: &str) -> maps::Mapping {
+    maps::read(pid)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.perms.exec && m.name.rsplit('/').next().is_some_and(|b| b.starts_with(prefix)))
+        .unwrap_or_else(|| panic!("no executable mapping of {prefix} in {pid}"))
+}
+
+#[test]
+fn spawn_stops_at_entry_before_constructors() {
+    let b = Built::new();
+    let exe = b.cc("ctor", CTOR, &[]);
+    let expected = Command::new(&exe).arg("hello").env("PAPIRUS_T", "x").output().unwrap();
+    assert_eq!(expected.status.code(), Some(7));
+
+    let out_path = b.path("ctor.out");
+    let out = std::fs::File::create(&out_path).unwrap();
+    let p = Spawn::new(&exe).arg("hello").env("PAPIRUS_T", "x").stdout(out).spawn().unwrap();
+    let pid = p.pid();
+    assert!(p.is_child());
+    assert_eq!(p.threads(), vec![pid]);
+
+    // rip is e_entry plus the load bias of the executable's first mapping.
+    let elf = ElfFile::open(&exe).unwrap();
+    let exe_canon = std::fs::canonicalize(&exe).unwrap();
+    let first = maps::read(pid)
+        .unwrap()
+        .into_iter()
+        .find(|m| m.file().as_deref() == Some(exe_canon.as_path()))
+        .unwrap();
+    let entry = elf.entry().wrapping_add(elf.load_bias(first.start, first.offset).unwrap());
+    assert_eq!(p.regs(pid).unwrap().rip, entry);
+    assert_eq!(p.entry_point().unwrap(), entry);
+    // The int3 is gone: the entry bytes equal the file's.
+    assert_eq!(p.read_vec(entry, 16).unwrap(), elf.bytes_at(elf.entry(), 16).unwrap());
+    assert_eq!(state(pid), Some('t'));
+    // The constructor has not run.
+    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "");
+
+    let d = p.detach().unwrap();
+    assert_eq!(d.wait(Duration::from_secs(10)).unwrap(), Exit::Code(7));
+    assert_eq!(std::fs::read(&out_path).unwrap(), expected.stdout);
+}
+
+#[test]
+fn spawn_with_preload_runs_library_constructors_first() {
+    let b = Built::new();
+    let exe = b.cc("ctor", CTOR, &[]);
+    let lib = b.cc("libpre.so", PRELOAD, &["-shared", "-fPIC"]);
+    let out_path = b.path("pre.out");
+    let p = Spawn::new(&exe).preload(&lib).stdout(std::fs::File::create(&out_path).unwrap()).spawn().unwrap();
+    // Libraries' constructors run before the entry point, the program's after it.
+    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "preload\n");
+    assert_eq!(p.detach().unwrap().wait(Duration::from_secs(10)).unwrap(), Exit::Code(7));
+    assert_eq!(std::fs::read_to_string(&out_path).unwrap(), "preload\nctor\nmain argc=1 arg1= env=\n");
+}
+
+#[test]
+fn attach_detach_100_times_under_load() {
+    let b = Built::new();
+    let exe = b.cc("threads", THREADS, &["-O0"]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while tasks(pid).len() < 5 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut saw_all = 0;
+    for _ in 0..100 {
+        let p = Process::attach(pid).unwrap();
+        let held = {
+            let mut v = p.threads();
+            v.sort();
+            v
+        };
+        // Every thread of the process is ours and in a tracing stop.
+        assert_eq!(held, tasks(pid));
+        for &tid in &held {
+            assert_eq!(state(tid), Some('t'), "tid {tid} not stopped");
+        }
+        if held.len() == 5 {
+            saw_all += 1;
+        }
+        drop(p);
+    }
+    assert!(saw_all > 0, "never caught the 4 workers running");
+    assert_not_stopped(pid);
+    t.send("x");
+    let (rest, status) = t.finish();
+    let n = 4 * THREADS_N;
+    assert_eq!(rest, format!("sum {}\n", n * (n - 1) / 2));
+    assert!(status.success());
+}
+
+#[test]
+fn attach_catches_threads_created_meanwhile() {
+    let b = Built::new();
+    let exe = b.cc("spawner", SPAWNER, &[]);
+    let t = Target::start(&exe);
+    let pid = t.pid();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..30 {
+        let p = Process::attach(pid).unwrap();
+        let mut held = p.threads();
+        held.sort();
+        assert_eq!(held, tasks(pid), "a thread escaped the attach");
+        for &tid in &held {
+            assert_eq!(state(tid), Some('t'), "tid {tid} not stopped");
+        }
+        seen.extend(held);
+        drop(p);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Short-lived threads came and went between attaches.
+    assert!(seen.len() > 10, "only {} distinct threads seen", seen.len());
+    assert_not_stopped(pid);
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "created threads\n");
+    assert!(status.success());
+}
+
+#[test]
+fn remote_mmap_near_text_and_registers_restored() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    wait_in_read(pid);
+    let mut p = Process::attach(pid).unwrap();
+    let tid = p.worker();
+    let regs = p.regs(tid).unwrap();
+    let xstate = p.xstate(tid).unwrap();
+    // Blocked in read(2): the kernel will restart it after we leave.
+    assert_eq!(regs.orig_rax, libc::SYS_read as u64);
+
+    for module in ["sleeper", "libc.so"] {
+        let text = text_of(pid, module);
+        let len = 64 * 1024;
+        let a = p.mmap_near(text.start..text.end, len, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE).unwrap();
+        assert!(
+            (a + len).abs_diff(text.start) < 1 << 31 && text.end.abs_diff(a) < 1 << 31,
+            "{a:#x} out of reach of {module}"
+        );
+        let m = maps::read(pid).unwrap().into_iter().find(|m| m.start <= a && a < m.end).unwrap();
+        assert!(m.perms.read && m.perms.write && !m.perms.exec && m.inode == 0, "{m:?}");
+        p.write_memory(a, b"papirus").unwrap();
+        assert_eq!(p.read_vec(a, 7).unwrap(), b"papirus");
+        p.mprotect(a, len, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC).unwrap();
+        let m = maps::read(pid).unwrap().into_iter().find(|m| m.start <= a && a < m.end).unwrap();
+        assert!(m.perms.exec && !m.perms.write);
+        p.munmap(a, len).unwrap();
+        assert!(maps::read(pid).unwrap().iter().all(|m| a + len <= m.start || a >= m.end));
+    }
+    let after = p.regs(tid).unwrap();
+    assert_eq!(format!("{regs:?}"), format!("{after:?}"));
+    assert_eq!(p.xstate(tid).unwrap(), xstate);
+    drop(p);
+    assert_not_stopped(pid);
+    // read(2) was restarted, not failed with EINTR.
+    t.send("after\n");
+    assert_eq!(t.line(), "after");
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
+    assert!(status.success());
+}
+
+#[test]
+fn text_write_breaks_cow_and_leaves_the_file_alone() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let on_disk = std::fs::read(&exe).unwrap();
+    let t = Target::start(&exe);
+    let mut p = Process::attach(t.pid()).unwrap();
+    let elf = ElfFile::open(&exe).unwrap();
+    let text = text_of(t.pid(), "sleeper");
+    let bias = elf.load_bias(text.start, text.offset).unwrap();
+    let main = bias + elf.lookup_function("main").unwrap().address;
+    let orig = p.read_vec(main, 4).unwrap();
+    p.write_memory(main, &[0xcc, 0x90, 0x90, 0xcc]).unwrap();
+    assert_eq!(p.read_vec(main, 4).unwrap(), [0xcc, 0x90, 0x90, 0xcc]);
+    assert_eq!(std::fs::read(&exe).unwrap(), on_disk, "the executable on disk changed");
+    p.write_memory(main, &orig).unwrap();
+    assert_eq!(p.read_vec(main, 4).unwrap(), orig);
+    drop(p);
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
+    assert!(status.success());
+}
+
+#[test]
+fn vector_registers_round_trip() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let t = Target::start(&exe);
+    let mut p = Process::attach(t.pid()).unwrap();
+    let tid = p.worker();
+    let orig = p.xstate(tid).unwrap();
+    assert!(orig.as_bytes().len() >= 576, "XSAVE area of {} bytes", orig.as_bytes().len());
+    let mut x = orig.clone();
+    let pattern: [u8; 16] = std::array::from_fn(|i| 0xa0 + i as u8);
+    assert!(x.set_xmm(7, pattern));
+    p.set_xstate(tid, &x).unwrap();
+    assert_eq!(p.xstate(tid).unwrap().xmm(7), Some(pattern));
+    assert_eq!(p.fpregs(tid).unwrap().xmm_space[28..32], [0xa3a2a1a0, 0xa7a6a5a4, 0xabaaa9a8, 0xafaeadac]);
+    p.set_xstate(tid, &orig).unwrap();
+    assert_eq!(p.xstate(tid).unwrap(), orig);
+    drop(p);
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
+    assert!(status.success());
+}
+
+#[test]
+fn inject_library_and_call_it() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let mark = b.path("marked.txt");
+    let lib_src = format!(
+        "#include <stdio.h>\nint papirus_mark(int v) {{ FILE *f = fopen(\"{}\", \"w\"); if (!f) return -1; fprintf(f, \"marked %d\\n\", v); fclose(f); return v + 1; }}\n",
+        mark.display()
+    );
+    let lib = b.cc("libmark.so", &lib_src, &["-shared", "-fPIC"]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    assert!(!maps::read(pid).unwrap().iter().any(|m| m.name.contains("libdl")), "target linked libdl");
+
+    let mut p = Process::attach(pid).unwrap();
+    let regs = p.regs(p.worker()).unwrap();
+    let lib_handle = p.inject(&lib).unwrap();
+    assert_ne!(lib_handle.handle, 0);
+    assert!(maps::read(pid).unwrap().iter().any(|m| m.name.ends_with("libmark.so")));
+    let f = p.dlsym(&lib_handle, "papirus_mark").unwrap();
+    assert_eq!(p.call(f, &[41]).unwrap(), 42);
+    assert_eq!(std::fs::read_to_string(&mark).unwrap(), "marked 41\n");
+    // Errors from the loader come back as text, and leave the process fine.
+    match p.dlsym(&lib_handle, "no_such_function") {
+        Err(Error::NotFound { detail, .. }) => assert!(detail.contains("undefined symbol"), "{detail}"),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    match p.inject(&b.path("sleeper.c")) {
+        Err(Error::Dlopen { message, .. }) => assert!(message.contains("sleeper.c"), "{message}"),
+        other => panic!("expected Dlopen, got {other:?}"),
+    }
+    // A call that faults is reported and undone.
+    match p.call(0x1000, &[]) {
+        Err(Error::RemoteFault { signal, rip, .. }) => assert_eq!((signal, rip), (libc::SIGSEGV, 0x1000)),
+        other => panic!("expected RemoteFault, got {other:?}"),
+    }
+    assert_eq!(format!("{:?}", p.regs(p.worker()).unwrap()), format!("{regs:?}"));
+    drop(p);
+    assert_not_stopped(pid);
+    t.send("still here\n");
+    assert_eq!(t.line(), "still here");
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
+    assert!(status.success());
+}
+
+#[test]
+fn target_exiting_during_a_call_is_an_error_not_a_hang() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let t = Target::start(&exe);
+    let pid = t.pid();
+    let mut p = Process::attach(pid).unwrap();
+    let exit = p.module_function("libc.so", "_exit").unwrap();
+    match p.call(exit, &[3]) {
+        Err(Error::TargetExited { status, .. }) => assert_eq!(status, Exit::Code(3)),
+        other => panic!("expected TargetExited, got {other:?}"),
+    }
+    drop(p);
+    let (_, status) = t.finish();
+    assert_eq!(status.code(), Some(3));
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let b = Built::new();
+    // No such process: a child we reaped.
+    let mut gone = Command::new("true").spawn().unwrap();
+    let gone_pid = gone.id() as i32;
+    gone.wait().unwrap();
+    if state(gone_pid).is_none() {
+        assert!(matches!(Process::attach(gone_pid), Err(Error::NoSuchProcess { .. })));
+    }
+    assert!(matches!(Process::attach(-5), Err(Error::NoSuchProcess { .. })));
+    assert!(matches!(Process::attach(std::process::id() as i32), Err(Error::SelfTrace { .. })));
+
+    // A zombie: exited, not yet reaped.
+    let mut z = Command::new("true").spawn().unwrap();
+    let zpid = z.id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while state(zpid) != Some('Z') && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let e = Process::attach(zpid).unwrap_err();
+    assert!(matches!(e, Error::Zombie { .. }), "{e}");
+    assert_eq!(state(zpid), Some('Z'));
+    z.wait().unwrap();
+
+    // A kernel thread.
+    let e = Process::attach(2).unwrap_err();
+    assert!(matches!(e, Error::KernelThread { .. }), "{e}");
+    assert!(e.to_string().contains("kthreadd"), "{e}");
+    assert_not_stopped(2);
+
+    // A missing program, a script, a data file.
+    assert!(matches!(Spawn::new("/nonexistent/papirus").spawn(), Err(Error::MissingProgram { .. })));
+    assert!(matches!(Spawn::new("papirus-no-such-program").spawn(), Err(Error::MissingProgram { .. })));
+    let script = b.path("script.sh");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    let data = b.path("data.bin");
+    std::fs::write(&data, [1u8, 2, 3, 4, 5]).unwrap();
+    for f in [&script, &data] {
+        std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let e = Spawn::new(f).spawn().unwrap_err();
+        assert!(matches!(e, Error::NotElf { .. }), "{e}");
+    }
+    // A program whose loader fails (missing library) ends before the entry point.
+    let lib = b.cc("libgone.so", "int gone(void) { return 1; }\n", &["-shared", "-fPIC"]);
+    let needs = b.cc(
+        "needs",
+        "int gone(void); int main(void) { return gone(); }\n",
+        &[&format!("-L{}", b.dir.path().display()), "-lgone"],
+    );
+    std::fs::remove_file(lib).unwrap();
+    match Spawn::new(&needs).stderr(std::fs::File::create(b.path("needs.err")).unwrap()).spawn() {
+        Err(Error::TargetExited { status, .. }) => assert_eq!(status, Exit::Code(127)),
+        other => panic!("expected TargetExited, got {other:?}"),
+    }
+}
+
+/// Attaching to a process of another user from an unprivileged tracer.
+#[test]
+fn permission_denied_for_another_users_process() {
+    let b = Built::new();
+    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let t = Target::start(&exe);
+    let pid = t.pid();
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        // Already unprivileged: pid 1 belongs to root.
+        let e = Process::attach(1).unwrap_err();
+        assert!(matches!(e, Error::PermissionDenied { .. }), "{e}");
+        return;
+    }
+    let me = std::env::current_exe().unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(&me)
+        .args(["--exact", "unprivileged_attach", "--include-ignored", "--nocapture", "--test-threads=1"])
+        .env("PAPIRUS_ATTACH_PID", pid.to_string())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "unprivileged attach run failed:\n{text}");
+    assert!(text.contains("attach refused: may not trace pid"), "{text}");
+    assert!(text.contains("belongs to uid 0"), "{text}");
+    assert_not_stopped(pid);
+    let (rest, status) = t.finish();
+    assert_eq!(rest, "bye\n");
+    assert!(status.success());
+}
+
+/// Run by `permission_denied_for_another_users_process` as uid 65534.
+#[test]
+#[ignore = "run as an unprivileged user by permission_denied_for_another_users_process"]
+fn unprivileged_attach() {
+    let pid: i32 = std::env::var("PAPIRUS_ATTACH_PID").expect("PAPIRUS_ATTACH_PID").parse().unwrap();
+    let e = Process::attach(pid).unwrap_err();
+    println!("attach refused: {e}");
+    match e {
+        Error::PermissionDenied { reason: PermissionReason::NotOurs { owner: 0, us: 65534 }, .. } => {}
+        other => panic!("expected NotOurs, got {other:?}"),
+    }
+}
