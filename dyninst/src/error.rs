@@ -17,6 +17,9 @@ pub enum Error {
     /// Patching a process's code failed.
     #[error(transparent)]
     Patch(#[from] crate::patch::PatchError),
+    /// A program, process or module that cannot be listed.
+    #[error(transparent)]
+    Inventory(#[from] crate::inventory::InventoryError),
 
     /// No process (or thread) with this id exists.
     #[error("no process with pid {pid}: check the pid (ps -p {pid})")]

@@ -1,1 +1,494 @@
-//! (placeholder: filled by its issue)
+//! The function inventory: every module of a program or process, its
+//! functions with run-time addresses, its PLT stubs, and a lazy first look
+//! at whether each function's entry can be patched.
+//!
+//! Built on [`papirus_substrate::elf`], the one ELF reader of papirus. A
+//! process's modules come from `/proc/PID/maps`: each file with an
+//! executable mapping that is an ELF file, with its load bias computed from
+//! its first mapping. A file listed without a process has bias 0, so its
+//! addresses are link-time addresses (what `nm` prints).
+//!
+//! # Caveats
+//! - A file mapped twice (`dlmopen` namespaces) is one module, placed at its
+//!   first mapping.
+//! - The vDSO is not a file and is not listed.
+
+pub mod demangle;
+pub mod deps;
+pub mod patchable;
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use papirus_substrate::elf::{Binding, ElfFile, ElfKind, PltStub, Symbol, SymbolKind, Table};
+use serde::Serialize;
+
+use crate::maps::{self, Mapping};
+pub use patchable::{Patchability, Prologue, Reason};
+
+/// Failures particular to building an inventory (ELF failures come as
+/// [`papirus_substrate::Error`] through [`crate::Error::Substrate`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum InventoryError {
+    /// A program name that is neither a file nor found on `PATH`.
+    #[error(
+        "program `{program}` not found (not a file, and not in any directory of PATH); give a path to the executable"
+    )]
+    ProgramNotFound {
+        /// The name given.
+        program: String,
+    },
+    /// No process has this id.
+    #[error("no process with pid {pid}; check it with `ps -p {pid}`")]
+    NoSuchProcess {
+        /// The pid given.
+        pid: i32,
+    },
+    /// `/proc/PID/maps` exists but cannot be read.
+    #[error(
+        "cannot read /proc/{pid}/maps: {source}; reading another user's process needs the same uid or root (ptrace access mode)"
+    )]
+    Maps {
+        /// The pid.
+        pid: i32,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file without any function symbol: no `.symtab` and no `.dynsym` functions.
+    #[error("{}: no function symbols: no .symtab (stripped) and no function exported in .dynsym; no function can be named; use an unstripped build", .path.display())]
+    NoSymbols {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A process without any mapped ELF file: a kernel thread, or a zombie.
+    #[error("process {pid} maps no executable file (a kernel thread or a zombie?): nothing to list")]
+    NoModules {
+        /// The pid.
+        pid: i32,
+    },
+}
+
+/// A function of a module, at its run-time address.
+#[derive(Clone, Debug, Serialize)]
+pub struct Function {
+    /// The symbol name as stored (mangled for C++ and Rust).
+    pub name: String,
+    /// The demangled name, for C++ and Rust symbols.
+    pub demangled: Option<String>,
+    /// The symbol version (`GLIBC_2.14`) of a versioned dynamic symbol.
+    pub version: Option<String>,
+    /// Whether that version is hidden (`name@VER`) rather than the default (`name@@VER`).
+    pub hidden_version: bool,
+    /// Run-time address: link-time address plus the module's load bias.
+    pub address: u64,
+    /// Link-time address (`st_value`).
+    pub link_address: u64,
+    /// Size in bytes, 0 when the symbol does not say.
+    pub size: u64,
+    /// Binding.
+    pub binding: Binding,
+    /// Function, ifunc resolver, or untyped code label.
+    pub kind: SymbolKind,
+    /// Section holding it.
+    pub section: String,
+    /// `.symtab`, `.dynsym` or both.
+    pub table: Table,
+    #[serde(skip)]
+    patchability: OnceLock<Patchability>,
+}
+
+impl Function {
+    fn from_symbol(s: &Symbol, bias: u64) -> Function {
+        Function {
+            demangled: demangle::demangle(&s.name),
+            name: s.name.clone(),
+            version: s.version.clone(),
+            hidden_version: s.hidden_version,
+            address: s.address.wrapping_add(bias),
+            link_address: s.address,
+            size: s.size,
+            binding: s.binding,
+            kind: s.kind,
+            section: s.section.clone(),
+            table: s.table,
+            patchability: OnceLock::new(),
+        }
+    }
+
+    /// The demangled name if there is one, else the stored name.
+    pub fn display_name(&self) -> &str {
+        self.demangled.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The display name with its version as `nm -D` shows it (`memcpy@@GLIBC_2.14`).
+    pub fn versioned_name(&self) -> String {
+        match &self.version {
+            Some(v) => format!("{}{}{v}", self.display_name(), if self.hidden_version { "@" } else { "@@" }),
+            None => self.display_name().to_string(),
+        }
+    }
+}
+
+/// A PLT stub at its run-time address.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Plt {
+    /// The imported function.
+    pub name: String,
+    /// Its required version.
+    pub version: Option<String>,
+    /// Run-time address of the stub.
+    pub address: u64,
+    /// Run-time address of the GOT slot it jumps through.
+    pub got: u64,
+    /// `.plt`, `.plt.sec` or `.plt.got`.
+    pub section: String,
+}
+
+impl Plt {
+    fn from_stub(p: &PltStub, bias: u64) -> Plt {
+        Plt {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            address: p.address.wrapping_add(bias),
+            got: p.got.wrapping_add(bias),
+            section: p.section.clone(),
+        }
+    }
+}
+
+/// An executable or shared object, as loaded (or as on disk when no process is involved).
+#[derive(Debug, Serialize)]
+pub struct Module {
+    /// The file as mapped (or as given).
+    pub path: PathBuf,
+    /// Whether this is the process's (or the listing's) main program.
+    pub is_main: bool,
+    /// Executable, PIE or shared object.
+    pub kind: ElfKind,
+    /// Added to a link-time address to get the run-time one; 0 when not loaded.
+    pub load_bias: u64,
+    /// The lowest mapped address (run-time), for loaded modules.
+    pub base: Option<u64>,
+    /// `.text` at run time.
+    pub text: Option<Range<u64>>,
+    /// No `.symtab`: only `.dynsym` functions are listed.
+    pub stripped: bool,
+    /// GNU build-id, hex.
+    pub build_id: Option<String>,
+    /// Functions sorted by address.
+    pub functions: Vec<Function>,
+    /// PLT stubs sorted by address.
+    pub plt: Vec<Plt>,
+    #[serde(skip)]
+    elf: Arc<ElfFile>,
+}
+
+impl Module {
+    /// Builds the module of `elf` placed with `bias`.
+    pub fn new(elf: Arc<ElfFile>, path: PathBuf, bias: u64, base: Option<u64>, is_main: bool) -> Module {
+        Module {
+            path,
+            is_main,
+            kind: elf.kind(),
+            load_bias: bias,
+            base,
+            text: elf.text_range().map(|r| r.start.wrapping_add(bias)..r.end.wrapping_add(bias)),
+            stripped: elf.is_stripped(),
+            build_id: elf.build_id_hex(),
+            functions: elf.functions().map(|s| Function::from_symbol(s, bias)).collect(),
+            plt: elf.plt_stubs().iter().map(|p| Plt::from_stub(p, bias)).collect(),
+            elf,
+        }
+    }
+
+    /// The file name without directories.
+    pub fn basename(&self) -> String {
+        self.path
+            .file_name()
+            .map_or_else(|| self.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+    }
+
+    /// Whether `pattern` names this module: its basename equals it, or its path contains it.
+    pub fn matches(&self, pattern: &str) -> bool {
+        self.basename() == pattern || self.path.to_string_lossy().contains(pattern)
+    }
+
+    /// The parsed file.
+    pub fn elf(&self) -> &ElfFile {
+        &self.elf
+    }
+
+    /// The patchability pre-check of `func` (one of this module's
+    /// functions), computed on first use and remembered.
+    pub fn patchability<'a>(&self, func: &'a Function) -> &'a Patchability {
+        func.patchability.get_or_init(|| patchable::check(&self.elf, func))
+    }
+
+    /// The function named `name`: stored name, demangled name, or the
+    /// demangled name without its parameter list.
+    pub fn function(&self, name: &str) -> Option<&Function> {
+        self.functions.iter().find(|f| f.name == name).or_else(|| {
+            self.functions.iter().find(|f| {
+                f.demangled
+                    .as_deref()
+                    .is_some_and(|d| d == name || d.split_once('(').is_some_and(|(b, _)| b == name))
+            })
+        })
+    }
+
+    /// The function containing run-time address `addr`.
+    pub fn function_at(&self, addr: u64) -> Option<&Function> {
+        self.functions
+            .iter()
+            .filter(|f| f.address == addr || (f.address..f.address.saturating_add(f.size)).contains(&addr))
+            .min_by_key(|f| f.size)
+    }
+}
+
+/// The modules of a program or process.
+#[derive(Debug, Serialize)]
+pub struct Inventory {
+    /// The process, when listed from one.
+    pub pid: Option<i32>,
+    /// Modules in address order (the main program first when not loaded).
+    pub modules: Vec<Module>,
+    /// Modules left out, each with the reason: needed shared objects not
+    /// found (`name (needed by path)`), mapped files that could not be read.
+    pub unresolved: Vec<String>,
+}
+
+impl Inventory {
+    /// The inventory of one file, not loaded: bias 0, link-time addresses.
+    ///
+    /// `program` is a path, or a bare name searched on `PATH` like a shell
+    /// does. A file without any function symbol is an error
+    /// ([`InventoryError::NoSymbols`]): there would be nothing to list or probe.
+    pub fn of_file(program: impl AsRef<Path>) -> crate::Result<Inventory> {
+        let path = resolve_program(program.as_ref())?;
+        let elf = Arc::new(ElfFile::open(&path)?);
+        if elf.functions().next().is_none() {
+            return Err(InventoryError::NoSymbols { path }.into());
+        }
+        let is_main = elf.kind() != ElfKind::SharedObject;
+        Ok(Inventory {
+            pid: None,
+            modules: vec![Module::new(elf, path, 0, None, is_main)],
+            unresolved: Vec::new(),
+        })
+    }
+
+    /// The inventory of one file and every shared object it needs, found as
+    /// the dynamic loader would (see [`deps`]); none is loaded, so all
+    /// addresses are link-time addresses.
+    pub fn of_file_with_deps(program: impl AsRef<Path>) -> crate::Result<Inventory> {
+        let mut inv = Self::of_file(program)?;
+        let main = inv.modules[0].elf.clone();
+        let main_path = inv.modules[0].path.clone();
+        for dep in deps::resolve(&main, &main_path) {
+            match dep {
+                deps::Dependency::Found { path, elf, .. } => {
+                    inv.modules.push(Module::new(elf, path, 0, None, false))
+                }
+                deps::Dependency::Missing { name, needed_by } => {
+                    inv.unresolved.push(format!("{name} (needed by {}): not found", needed_by.display()));
+                }
+            }
+        }
+        Ok(inv)
+    }
+
+    /// The inventory of running process `pid`: its executable and every
+    /// mapped shared object, at run-time addresses.
+    pub fn of_process(pid: i32) -> crate::Result<Inventory> {
+        let mappings = match maps::read(pid) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || pid <= 0 => {
+                return Err(InventoryError::NoSuchProcess { pid }.into());
+            }
+            Err(source) => return Err(InventoryError::Maps { pid, source }.into()),
+        };
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+        let (mut modules, mut unresolved) = (Vec::new(), Vec::new());
+        for group in group_by_file(&mappings) {
+            if !group.iter().any(|m| m.perms.exec) {
+                continue;
+            }
+            let first = group[0];
+            // One unreadable or malformed module must not hide the others.
+            let elf = match open_mapped(pid, first, group.iter().find(|m| m.perms.exec).copied()) {
+                Ok(Some(elf)) => elf,
+                Ok(None) => continue,
+                Err(e) => {
+                    unresolved.push(e.to_string());
+                    continue;
+                }
+            };
+            let Some(bias) = elf.load_bias(first.start, first.offset) else {
+                unresolved
+                    .push(format!("{}: no PT_LOAD segment maps file offset {:#x}", first.name, first.offset));
+                continue;
+            };
+            let name = PathBuf::from(&first.name);
+            let is_main = exe.as_ref().is_some_and(|e| *e == name);
+            modules.push(Module::new(Arc::new(elf), name, bias, Some(first.start), is_main));
+        }
+        if modules.is_empty() && unresolved.is_empty() {
+            return Err(InventoryError::NoModules { pid }.into());
+        }
+        Ok(Inventory { pid: Some(pid), modules, unresolved })
+    }
+
+    /// The main program's module.
+    pub fn main_module(&self) -> Option<&Module> {
+        self.modules.iter().find(|m| m.is_main)
+    }
+
+    /// The first module `pattern` names (see [`Module::matches`]).
+    pub fn module(&self, pattern: &str) -> Option<&Module> {
+        self.modules.iter().find(|m| m.matches(pattern))
+    }
+
+    /// The module and function at run-time address `addr`.
+    pub fn function_at(&self, addr: u64) -> Option<(&Module, &Function)> {
+        self.modules.iter().find_map(|m| m.function_at(addr).map(|f| (m, f)))
+    }
+}
+
+/// Mappings of each file-backed ELF candidate, grouped by file, in order of first appearance.
+fn group_by_file(mappings: &[Mapping]) -> Vec<Vec<&Mapping>> {
+    let mut order: Vec<Vec<&Mapping>> = Vec::new();
+    let mut index: HashMap<(u64, &str), usize> = HashMap::new();
+    let mut sorted: Vec<&Mapping> = mappings.iter().filter(|m| m.file().is_some()).collect();
+    sorted.sort_by_key(|m| m.start);
+    for m in sorted {
+        let key = (m.inode, m.name.as_str());
+        let i = *index.entry(key).or_insert_with(|| {
+            order.push(Vec::new());
+            order.len() - 1
+        });
+        order[i].push(m);
+    }
+    order
+}
+
+/// Opens the ELF file behind a mapping: by its path when that still is the
+/// mapped file (same inode), else through `/proc/PID/map_files` (deleted or
+/// replaced files, other mount namespaces). `None` when the file is not
+/// ELF (a JIT cache, a data file).
+fn open_mapped(pid: i32, first: &Mapping, exec: Option<&Mapping>) -> crate::Result<Option<ElfFile>> {
+    use std::os::unix::fs::MetadataExt;
+    let by_path = PathBuf::from(&first.name);
+    let same_file = !first.name.ends_with(" (deleted)")
+        && std::fs::metadata(&by_path).is_ok_and(|md| md.ino() == first.inode);
+    let via_proc = exec.map(|m| PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)));
+    let candidates = [same_file.then_some(by_path), via_proc];
+    let mut last_err = None;
+    for path in candidates.into_iter().flatten() {
+        match has_elf_magic(&path) {
+            Ok(false) => return Ok(None),
+            Ok(true) => {
+                let data = std::fs::read(&path)
+                    .map_err(|source| papirus_substrate::Error::Io { path: path.clone(), source })?;
+                return Ok(Some(ElfFile::parse(&first.name, data)?));
+            }
+            Err(e) => last_err = Some((path, e)),
+        }
+    }
+    match last_err {
+        Some((path, source)) => Err(papirus_substrate::Error::Io { path, source }.into()),
+        None => Ok(None),
+    }
+}
+
+fn has_elf_magic(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    let mut f = std::fs::File::open(path)?;
+    Ok(f.read_exact(&mut magic).is_ok() && magic == *b"\x7fELF")
+}
+
+/// A path as given when it names a file, else the first match on `PATH`.
+fn resolve_program(program: &Path) -> crate::Result<PathBuf> {
+    if program.exists() || program.components().count() > 1 {
+        return Ok(program.to_path_buf());
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join(program))
+        .find(|p| p.is_file())
+        .ok_or_else(|| InventoryError::ProgramNotFound { program: program.display().to_string() }.into())
+}
+
+/// Whether `text` matches the shell-style `pattern` (`*` any run, `?` any one character).
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    // Where the last `*` was, and the text position it currently absorbs up to.
+    let mut star: Option<(usize, usize)> = None;
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ti));
+            pi += 1;
+        } else if let Some((sp, st)) = star {
+            pi = sp + 1;
+            ti = st + 1;
+            star = Some((sp, st + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", ""));
+        assert!(glob_match("main", "main"));
+        assert!(!glob_match("main", "mainly"));
+        assert!(glob_match("mem*", "memcpy"));
+        assert!(glob_match("*cpy", "memcpy"));
+        assert!(glob_match("m?mc*y", "memcpy"));
+        assert!(glob_match("*a*b*c", "xxaxxbxxc"));
+        assert!(!glob_match("*a*b*c", "xxaxxcxxb"));
+        assert!(glob_match("ns::*(int)", "ns::foo(int)"));
+        assert!(!glob_match("?", ""));
+    }
+
+    #[test]
+    fn grouping_keeps_files_apart() {
+        let text = "\
+555555554000-555555555000 r--p 00000000 08:01 100 /usr/bin/prog
+555555555000-555555556000 r-xp 00001000 08:01 100 /usr/bin/prog
+555555559000-55555557a000 rw-p 00000000 00:00 0 [heap]
+7ffff7dd0000-7ffff7df6000 r--p 00000000 08:01 200 /usr/lib/libc.so.6
+7ffff7df6000-7ffff7f4b000 r-xp 00026000 08:01 200 /usr/lib/libc.so.6
+7ffff7fc5000-7ffff7fc9000 r--p 00000000 00:00 0 [vvar]
+";
+        let maps = maps::parse(text).unwrap();
+        let groups = group_by_file(&maps);
+        assert_eq!(groups.len(), 2);
+        assert_eq!(groups[0].len(), 2);
+        assert_eq!(groups[1][0].name, "/usr/lib/libc.so.6");
+    }
+
+    #[test]
+    fn program_resolution() {
+        assert!(resolve_program(Path::new("sh")).unwrap().is_absolute());
+        let err = resolve_program(Path::new("no-such-program-papirus")).unwrap_err();
+        assert!(err.to_string().contains("not found"), "{err}");
+        // A path with a directory is taken as given (open reports it missing).
+        assert_eq!(resolve_program(Path::new("./nope")).unwrap(), PathBuf::from("./nope"));
+    }
+}

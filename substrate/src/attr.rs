@@ -29,6 +29,43 @@ impl Domain {
     pub const HYPERVISOR: Domain = Domain { user: false, kernel: false, hypervisor: true };
     /// Everything.
     pub const ALL: Domain = Domain { user: true, kernel: true, hypervisor: true };
+
+    /// The domain an event of `kind` with `config` on the PMU named `pmu`
+    /// (its sysfs name: `software`, `msr`, `tracepoint`, …) gets when its
+    /// name carries no `:u`/`:k`/`:h` modifier.
+    ///
+    /// User only, so that a non-root user at `perf_event_paranoid=2` can
+    /// measure itself — except where user only would fail or count nothing:
+    ///
+    /// * tracepoints: most fire with the kernel's own registers, so
+    ///   `exclude_kernel` hides every hit (`sched:sched_switch` counts 0);
+    ///   `syscalls:*` carry the user registers and count either way:
+    ///   all domains;
+    /// * software events raised by the scheduler (`context-switches`,
+    ///   `cpu-migrations`, `cgroup-switches`) likewise count 0 user only:
+    ///   all domains;
+    /// * PMUs that cannot exclude a mode reject any `exclude_*` bit with
+    ///   EINVAL: `msr`, RAPL `power`, `cstate_*`, and uncore/northbridge PMUs
+    ///   (`uncore_*`, `amd_df`, `amd_l3`, `amd_umc_*`, `amd_iommu_*`): all
+    ///   domains.
+    ///
+    /// Opening an all-domain event needs root, CAP_PERFMON or
+    /// `perf_event_paranoid` ≤ 1; the open error says so.
+    pub fn default_for(kind: Kind, pmu: &str, config: u64) -> Domain {
+        const NO_EXCLUDE: [&str; 9] =
+            ["msr", "power", "cstate_", "uncore", "amd_df", "amd_l3", "amd_umc", "amd_iommu", "amd_nb"];
+        const SCHEDULER: [u32; 3] = [
+            b::PERF_COUNT_SW_CONTEXT_SWITCHES,
+            b::PERF_COUNT_SW_CPU_MIGRATIONS,
+            b::PERF_COUNT_SW_CGROUP_SWITCHES,
+        ];
+        let scheduler = kind == Kind::Software && SCHEDULER.iter().any(|&c| u64::from(c) == config);
+        if kind == Kind::Tracepoint || scheduler || NO_EXCLUDE.iter().any(|p| pmu.starts_with(p)) {
+            Domain::ALL
+        } else {
+            Domain::USER
+        }
+    }
 }
 
 /// The PMU-independent kind of an event, used for messages and defaults.
@@ -48,7 +85,8 @@ pub enum Kind {
 }
 
 /// A perf event description. Defaults: disabled at open (enable explicitly),
-/// domain user only, no inherit, not pinned, not exclusive.
+/// domain user only (see [`EventAttr::default_domain`] for the PMUs where
+/// that cannot work), no inherit, not pinned, not exclusive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventAttr {
     name: String,
@@ -113,6 +151,13 @@ impl EventAttr {
     /// Sets the counting domain.
     pub fn domain(&mut self, d: Domain) -> &mut Self {
         self.domain = d;
+        self
+    }
+    /// Sets the domain to [`Domain::default_for`] this event's kind and
+    /// config on the PMU named `pmu`: what the name parser applies when the user gave no
+    /// modifier. [`EventAttr::new`] itself starts with user only.
+    pub fn default_domain(&mut self, pmu: &str) -> &mut Self {
+        self.domain = Domain::default_for(self.kind, pmu, self.config);
         self
     }
     /// Counts children created after the event is opened.

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use object::elf;
 use object::read::elf::{Dyn as _, FileHeader, ProgramHeader as _, Rela as _, SectionHeader as _, Sym as _};
-use object::{Endianness, FileKind, Object as _, SectionIndex};
+use object::{Endianness, FileKind, Object as _};
 use serde::Serialize;
 
 use crate::error::{Error, Result};
@@ -37,10 +37,15 @@ pub enum ElfKind {
     Other(u16),
 }
 
-impl ElfKind {
-    /// Whether the loader may place this file anywhere (a non-zero load bias).
-    pub fn is_relocatable_at_load(self) -> bool {
-        matches!(self, ElfKind::PieExecutable | ElfKind::SharedObject)
+impl std::fmt::Display for ElfKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ElfKind::Executable => f.write_str("executable"),
+            ElfKind::PieExecutable => f.write_str("PIE executable"),
+            ElfKind::SharedObject => f.write_str("shared object"),
+            ElfKind::Relocatable => f.write_str("relocatable object"),
+            ElfKind::Other(t) => write!(f, "ELF type {t:#x}"),
+        }
     }
 }
 
@@ -214,7 +219,11 @@ pub struct ElfFile {
     plt: Vec<PltStub>,
     has_symtab: bool,
     build_id: Option<Vec<u8>>,
+    interpreter: Option<String>,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 impl std::fmt::Debug for ElfFile {
@@ -287,6 +296,26 @@ impl ElfFile {
         self.soname.as_deref()
     }
 
+    /// `DT_NEEDED`: the shared objects this file asks the loader for, in order.
+    pub fn needed(&self) -> &[String] {
+        &self.needed
+    }
+
+    /// `DT_RUNPATH`, unexpanded (`$ORIGIN` left as is).
+    pub fn runpath(&self) -> Option<&str> {
+        self.runpath.as_deref()
+    }
+
+    /// `DT_RPATH` (the older, LD_LIBRARY_PATH-overriding form), unexpanded.
+    pub fn rpath(&self) -> Option<&str> {
+        self.rpath.as_deref()
+    }
+
+    /// `PT_INTERP`: the dynamic loader an executable names.
+    pub fn interpreter(&self) -> Option<&str> {
+        self.interpreter.as_deref()
+    }
+
     /// The GNU build-id note, when present.
     pub fn build_id(&self) -> Option<&[u8]> {
         self.build_id.as_deref()
@@ -345,11 +374,6 @@ impl ElfFile {
         Some(start..end)
     }
 
-    /// The lowest `PT_LOAD` address (page-aligned as the loader maps it).
-    pub fn lowest_load_vaddr(&self) -> Option<u64> {
-        self.segments.iter().map(|s| align_down(s.vaddr, s.align)).min()
-    }
-
     /// The file offset of link-time address `vaddr`, through the `PT_LOAD`
     /// segments; `None` when no segment maps it from the file (e.g. `.bss`).
     pub fn vaddr_to_file_offset(&self, vaddr: u64) -> Option<u64> {
@@ -382,13 +406,20 @@ impl ElfFile {
     /// to a link-time address to get the run-time address. `None` when no
     /// segment covers that offset.
     pub fn load_bias(&self, map_start: u64, map_offset: u64) -> Option<u64> {
-        let seg = self.segments.iter().find(|s| {
-            let page_off = align_down(s.file_offset, s.align);
-            map_offset >= page_off && map_offset < s.file_offset + s.file_size.max(1)
-        })?;
-        // The kernel maps page-aligned, and p_vaddr ≡ p_offset modulo the
-        // page size, so this mapping's start corresponds to vaddr
-        // p_vaddr + (map_offset - p_offset).
+        // The kernel maps each segment from its page-aligned file offset;
+        // a later piece of a split mapping (RELRO) has an offset inside it.
+        // Segments can share a file page, so take the last one that starts
+        // at or before this offset.
+        let seg = self
+            .segments
+            .iter()
+            .filter(|s| {
+                align_down(s.file_offset, s.align) <= map_offset
+                    && map_offset < s.file_offset + s.file_size.max(1)
+            })
+            .max_by_key(|s| align_down(s.file_offset, s.align))?;
+        // p_vaddr ≡ p_offset modulo the page size, so this mapping's start
+        // corresponds to link-time address p_vaddr + (map_offset - p_offset).
         let link = seg.vaddr.wrapping_add(map_offset).wrapping_sub(seg.file_offset);
         Some(map_start.wrapping_sub(link))
     }
@@ -514,7 +545,11 @@ impl<'a, 'f> Builder<'a, 'f> {
             plt,
             has_symtab,
             build_id: self.file.build_id()?.map(<[u8]>::to_vec),
+            interpreter: self.interpreter(),
             soname: dynamic.soname,
+            needed: dynamic.needed,
+            runpath: dynamic.runpath,
+            rpath: dynamic.rpath,
         })
     }
 
@@ -560,21 +595,33 @@ impl<'a, 'f> Builder<'a, 'f> {
             .collect()
     }
 
+    fn interpreter(&self) -> Option<String> {
+        let e = self.endian;
+        let p = self.file.elf_program_headers().iter().find(|p| p.p_type(e) == elf::PT_INTERP)?;
+        let bytes = p.data(e, self.data).ok()?;
+        let bytes = bytes.split(|&b| b == 0).next()?;
+        Some(String::from_utf8_lossy(bytes).into_owned())
+    }
+
     fn dynamic_info(&self) -> object::Result<DynamicInfo> {
         let e = self.endian;
         let mut info = DynamicInfo::default();
         let table = self.file.elf_section_table();
-        let Some((entries, index)) = table.dynamic(e, self.data)? else {
+        let Some((entries, strtab)) = table.dynamic(e, self.data)? else {
             return Ok(info);
         };
-        let strings =
-            table.strings(e, self.data, SectionIndex(table.section(index)?.sh_link(e) as usize)).ok();
+        let strings = table.strings(e, self.data, strtab).ok();
         for d in entries {
             match d.tag(e) {
                 elf::DT_FLAGS_1 => info.pie |= elf::DynamicFlags1(d.d_val(e)).contains(elf::DF_1_PIE),
-                elf::DT_SONAME => {
-                    if let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) {
-                        info.soname = Some(String::from_utf8_lossy(s).into_owned());
+                tag @ (elf::DT_SONAME | elf::DT_NEEDED | elf::DT_RUNPATH | elf::DT_RPATH) => {
+                    let Some(s) = strings.and_then(|s| s.get(d.d_val(e) as u32).ok()) else { continue };
+                    let s = String::from_utf8_lossy(s).into_owned();
+                    match tag {
+                        elf::DT_SONAME => info.soname = Some(s),
+                        elf::DT_NEEDED => info.needed.push(s),
+                        elf::DT_RUNPATH => info.runpath = Some(s),
+                        _ => info.rpath = Some(s),
                     }
                 }
                 _ => {}
@@ -587,7 +634,7 @@ impl<'a, 'f> Builder<'a, 'f> {
         let e = self.endian;
         let versions = self.file.elf_section_table().versions(e, self.data)?;
         let mut out: Vec<Symbol> = Vec::new();
-        let mut seen: HashMap<(String, u64, Option<String>), usize> = HashMap::new();
+        let mut seen: HashMap<(&[u8], u64), usize> = HashMap::new();
         for (table, symtab) in [
             (Table::Symtab, self.file.elf_symbol_table()),
             (Table::Dynsym, self.file.elf_dynamic_symbol_table()),
@@ -615,7 +662,8 @@ impl<'a, 'f> Builder<'a, 'f> {
                     elf::STB_GNU_UNIQUE => Binding::Unique,
                     _ => continue,
                 };
-                let name = String::from_utf8_lossy(symtab.symbol_name(e, sym)?).into_owned();
+                let raw_name = symtab.symbol_name(e, sym)?;
+                let name = String::from_utf8_lossy(raw_name).into_owned();
                 if name.is_empty() {
                     continue;
                 }
@@ -635,7 +683,7 @@ impl<'a, 'f> Builder<'a, 'f> {
                 let address = sym.st_value(e);
                 // .symtab carries no versions, so a dynsym entry matches the
                 // unversioned symtab entry of the same name and address.
-                let merge_key = (name.clone(), address, None);
+                let merge_key = (raw_name, address);
                 if table == Table::Dynsym
                     && let Some(&i) = seen.get(&merge_key)
                     && out[i].table == Table::Symtab
@@ -737,6 +785,9 @@ impl<'a, 'f> Builder<'a, 'f> {
 struct DynamicInfo {
     pie: bool,
     soname: Option<String>,
+    needed: Vec<String>,
+    runpath: Option<String>,
+    rpath: Option<String>,
 }
 
 /// The memory slot of a PLT entry's `jmp *slot(%rip)`, allowing a leading
@@ -823,6 +874,7 @@ mod tests {
         assert!(text.contains(&main.address), "{main:?} outside {text:?}");
         assert_eq!(main.binding, Binding::Global);
         assert_eq!(main.section, ".text");
+        assert_eq!(f.function_at(main.address + 1).map(|s| s.name.as_str()), Some("main"));
         let off = f.vaddr_to_file_offset(main.address).unwrap();
         assert_eq!(f.file_offset_to_vaddr(off), Some(main.address));
         assert_eq!(f.bytes_at(main.address, 8).unwrap(), &f.data()[off as usize..off as usize + 8]);
@@ -836,15 +888,22 @@ mod tests {
         let runtime = elf_self_marker as fn(u64) -> u64 as usize as u64;
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let canon = std::fs::canonicalize(&exe).unwrap();
-        let first = maps
+        let own: Vec<(u64, u64)> = maps
             .lines()
-            .find(|l| l.ends_with(&*canon.to_string_lossy()))
-            .unwrap_or_else(|| panic!("{} not in /proc/self/maps", canon.display()));
-        let mut fields = first.split_whitespace();
-        let start = u64::from_str_radix(fields.next().unwrap().split('-').next().unwrap(), 16).unwrap();
-        let offset = u64::from_str_radix(fields.nth(1).unwrap(), 16).unwrap();
-        let bias = f.load_bias(start, offset).unwrap();
+            .filter(|l| l.ends_with(&*canon.to_string_lossy()))
+            .map(|l| {
+                let mut fields = l.split_whitespace();
+                let start =
+                    u64::from_str_radix(fields.next().unwrap().split('-').next().unwrap(), 16).unwrap();
+                (start, u64::from_str_radix(fields.nth(1).unwrap(), 16).unwrap())
+            })
+            .collect();
+        assert!(own.len() >= 2, "{} mapped in pieces: {own:x?}", canon.display());
+        let bias = f.load_bias(own[0].0, own[0].1).unwrap();
         assert_eq!(marker.address.wrapping_add(bias), runtime, "bias {bias:#x}");
+        for (start, offset) in &own {
+            assert_eq!(f.load_bias(*start, *offset), Some(bias), "mapping at {start:#x} offset {offset:#x}");
+        }
         if f.kind() == ElfKind::Executable {
             assert_eq!(bias, 0);
         }
@@ -1007,6 +1066,22 @@ int main(int argc, char **argv) {
         assert_eq!(f.lookup_function("helper").unwrap().binding, Binding::Local);
         assert_eq!(f.lookup_function("weakfn").unwrap().binding, Binding::Weak);
         assert_eq!(f.lookup_function("main").unwrap().table, Table::Both, "-rdynamic exports main");
+        assert_eq!(f.needed(), ["libc.so.6"]);
+        assert_eq!(f.interpreter(), Some("/lib64/ld-linux-x86-64.so.2"));
+        match ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") {
+            Ok(libc) => {
+                assert_eq!(libc.soname(), Some("libc.so.6"));
+                assert_eq!(libc.kind(), ElfKind::SharedObject);
+                // memcpy has two versions; the default one wins unless one is named.
+                let default = libc.lookup_function("memcpy").unwrap();
+                assert_eq!(default.versioned_name(), "memcpy@@GLIBC_2.14");
+                let old = libc.lookup_function("memcpy@GLIBC_2.2.5").unwrap();
+                assert!(old.hidden_version && old.address != default.address);
+                assert_eq!(libc.lookup_function("memcpy@@GLIBC_2.14").unwrap(), default);
+                assert!(libc.lookup_function("memcpy@GLIBC_9.9").is_err());
+            }
+            Err(e) => eprintln!("skipping the libc checks: {e}"),
+        }
         assert!(f.lookup_function("counter").is_err(), "data is not a function");
         assert_eq!(f.lookup_symbol("counter").unwrap().kind, SymbolKind::Object);
 

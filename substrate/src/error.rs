@@ -156,6 +156,53 @@ pub enum Error {
         /// What is wrong, where.
         reason: String,
     },
+    /// A `pmu/term=…/` term that is neither a format field nor an event of that PMU.
+    #[error("unknown term `{term}` for PMU `{pmu}` in `{event}`{}", suggest(.suggestions))]
+    UnknownTerm {
+        /// The whole event.
+        event: String,
+        /// The PMU whose `format/` and `events/` were searched.
+        pmu: String,
+        /// The term given.
+        term: String,
+        /// The closest format fields and events of that PMU.
+        suggestions: Vec<String>,
+    },
+    /// A `cpu/…/` event on a machine whose sysfs lists no core PMU.
+    #[error(
+        "`{event}` needs the CPU's core PMU (`cpu` in /sys/bus/event_source/devices), which is absent: {NO_PMU_HINT}"
+    )]
+    NoHardwarePmu {
+        /// The whole event.
+        event: String,
+    },
+    /// A breakpoint whose address, length or access cannot be set on this CPU.
+    #[error("bad breakpoint `{event}`: {reason}")]
+    BadAddress {
+        /// The whole event.
+        event: String,
+        /// What is wrong and what the CPU accepts.
+        reason: String,
+    },
+    /// The file a probe names does not exist or cannot be read.
+    #[error("`{event}`: cannot use {}: {source}; name an existing executable or shared library (absolute path)", .path.display())]
+    NoSuchFile {
+        /// The whole event.
+        event: String,
+        /// The path given.
+        path: PathBuf,
+        /// Why it cannot be used.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Tracepoint ids come from tracefs, which is not mounted.
+    #[error(
+        "`{event}` is a tracepoint but tracefs is not mounted at /sys/kernel/tracing or /sys/kernel/debug/tracing; mount it (`mount -t tracefs nodev /sys/kernel/tracing`)"
+    )]
+    NoTracefs {
+        /// The whole event.
+        event: String,
+    },
     /// A symbol not found in an ELF file.
     #[error("symbol `{symbol}` not found in {}{}", .path.display(), suggest(.suggestions))]
     SymbolNotFound {
@@ -194,6 +241,26 @@ pub enum Error {
         got: usize,
         /// Bytes expected.
         expected: usize,
+    },
+    /// Data the kernel returned that is well-sized but inconsistent (an
+    /// unknown event id, a member count that does not match the group).
+    #[error("{op} of `{event}` returned data papirus cannot use: {reason}")]
+    KernelData {
+        /// The operation.
+        op: Op,
+        /// The event.
+        event: String,
+        /// What does not match.
+        reason: String,
+    },
+    /// `read(2)` returned end of file: the event is in error state, which
+    /// happens to a pinned event (or group) the PMU could not schedule.
+    #[error(
+        "`{event}` is in error state: it is pinned but could not be put on a counter (read returned end of file); unpin it, or close events that compete for the same counters"
+    )]
+    InErrorState {
+        /// The event.
+        event: String,
     },
 }
 
@@ -245,7 +312,7 @@ impl Error {
             | Error::NoSuchProcess { errno, .. }
             | Error::TooManyFiles { errno, .. }
             | Error::Kernel { errno, .. } => Some(*errno),
-            Error::Io { source, .. } => source.raw_os_error().map(Errno),
+            Error::Io { source, .. } | Error::NoSuchFile { source, .. } => source.raw_os_error().map(Errno),
             _ => None,
         }
     }

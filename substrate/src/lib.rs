@@ -7,9 +7,17 @@
 #![deny(unsafe_code)]
 
 pub mod attr;
+pub mod catalog;
 pub mod elf;
 pub mod error;
+pub mod event;
+pub mod group;
+pub mod names;
+pub mod pmu;
 pub mod sys;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};
+pub use event::{Count, Counter, Scaling, Target};
+pub use group::{Group, GroupCounts, Member};
+pub use names::{Parser, parse_event};

@@ -189,3 +189,176 @@ impl Sys for Kernel {
         if ret < 0 { Err(Errno::last()) } else { Ok(ret as usize) }
     }
 }
+
+/// A scripted kernel for unit tests: opens hand out the write end of a
+/// pipe (so a test can see the descriptor close), reads return queued
+/// buffers, and failures are injected per call.
+#[cfg(test)]
+pub(crate) mod mock {
+    use std::collections::VecDeque;
+    use std::io::PipeReader;
+    use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+    use std::sync::{Arc, Mutex, MutexGuard};
+
+    use super::{Errno, Ioctl, Sys, perf_event_attr};
+
+    /// What one `perf_event_open` call asked for.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub(crate) struct Opened {
+        pub type_: u32,
+        pub config: u64,
+        pub read_format: u64,
+        pub pid: i32,
+        pub cpu: i32,
+        /// The id of the group leader's descriptor, if in a group.
+        pub group: Option<u64>,
+        pub flags: u64,
+        pub disabled: bool,
+        pub exclude_user: bool,
+        pub exclude_kernel: bool,
+        pub exclude_hv: bool,
+        pub inherit: bool,
+    }
+
+    #[derive(Debug, Default)]
+    struct State {
+        open_errors: VecDeque<(Errno, Option<u32>)>,
+        id_errors: VecDeque<Errno>,
+        ioctl_errors: VecDeque<Errno>,
+        reads: VecDeque<Vec<u8>>,
+        opened: Vec<Opened>,
+        /// (raw fd, kernel id, read end of the pipe) per successful open.
+        fds: Vec<(i32, u64, Option<PipeReader>, PipeReader)>,
+        ioctls: Vec<Ioctl>,
+    }
+
+    /// The scripted kernel.
+    #[derive(Debug, Default)]
+    pub(crate) struct MockSys(Mutex<State>);
+
+    impl MockSys {
+        pub(crate) fn new() -> Arc<MockSys> {
+            Arc::new(MockSys::default())
+        }
+        fn state(&self) -> MutexGuard<'_, State> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner())
+        }
+        /// The next open fails with `errno`.
+        pub(crate) fn fail_open(&self, errno: Errno) {
+            self.state().open_errors.push_back((errno, None));
+        }
+        /// The next open fails with E2BIG, writing `size` into the attr.
+        pub(crate) fn fail_open_e2big(&self, size: u32) {
+            self.state().open_errors.push_back((Errno(libc::E2BIG), Some(size)));
+        }
+        /// The next `PERF_EVENT_IOC_ID` fails.
+        pub(crate) fn fail_event_id(&self, errno: Errno) {
+            self.state().id_errors.push_back(errno);
+        }
+        /// The next other ioctl fails.
+        pub(crate) fn fail_ioctl(&self, errno: Errno) {
+            self.state().ioctl_errors.push_back(errno);
+        }
+        /// Queues a read result made of u64 words.
+        pub(crate) fn push_read(&self, words: &[u64]) {
+            self.push_bytes(words.iter().flat_map(|w| w.to_ne_bytes()).collect());
+        }
+        /// Queues a read result of raw bytes.
+        pub(crate) fn push_bytes(&self, bytes: Vec<u8>) {
+            self.state().reads.push_back(bytes);
+        }
+        pub(crate) fn opened(&self) -> Vec<Opened> {
+            self.state().opened.clone()
+        }
+        pub(crate) fn ioctls(&self) -> Vec<Ioctl> {
+            self.state().ioctls.clone()
+        }
+        /// The kernel id given to the `n`-th successful open.
+        pub(crate) fn id_of(&self, n: usize) -> u64 {
+            self.state().fds[n].1
+        }
+        /// The read end of the pipe behind the `n`-th successful open.
+        pub(crate) fn take_reader(&self, n: usize) -> PipeReader {
+            let mut st = self.state();
+            st.fds[n].2.take().expect("reader already taken")
+        }
+        /// How many descriptors handed out are still open (their pipe has a writer).
+        pub(crate) fn live_fds(&self) -> usize {
+            self.state().fds.iter().filter(|(_, _, _, probe)| !hung_up(probe.as_fd())).count()
+        }
+    }
+
+    /// Whether every write end of the pipe behind `fd` is closed.
+    fn hung_up(fd: BorrowedFd<'_>) -> bool {
+        let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: `p` is one valid pollfd for a live descriptor; timeout 0.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 1 && p.revents & libc::POLLHUP != 0
+    }
+
+    impl Sys for MockSys {
+        fn perf_event_open(
+            &self,
+            attr: &mut perf_event_attr,
+            pid: i32,
+            cpu: i32,
+            group_fd: Option<BorrowedFd<'_>>,
+            flags: u64,
+        ) -> Result<OwnedFd, Errno> {
+            let mut st = self.state();
+            let group = group_fd.map(|g| {
+                let raw = g.as_raw_fd();
+                st.fds.iter().rev().find(|f| f.0 == raw).map_or(u64::MAX, |f| f.1)
+            });
+            st.opened.push(Opened {
+                type_: attr.type_,
+                config: attr.config,
+                read_format: attr.read_format,
+                pid,
+                cpu,
+                group,
+                flags,
+                disabled: attr.disabled() != 0,
+                exclude_user: attr.exclude_user() != 0,
+                exclude_kernel: attr.exclude_kernel() != 0,
+                exclude_hv: attr.exclude_hv() != 0,
+                inherit: attr.inherit() != 0,
+            });
+            if let Some((errno, size)) = st.open_errors.pop_front() {
+                if let Some(size) = size {
+                    attr.size = size;
+                }
+                return Err(errno);
+            }
+            let (reader, writer) = std::io::pipe().map_err(|_| Errno(libc::EMFILE))?;
+            let probe = reader.try_clone().map_err(|_| Errno(libc::EMFILE))?;
+            let fd = OwnedFd::from(writer);
+            // Ids neither start at 0 nor follow the open order's position.
+            let id = 1000 + 37 * (st.fds.len() as u64 % 3) + 100 * st.fds.len() as u64;
+            st.fds.push((fd.as_raw_fd(), id, Some(reader), probe));
+            Ok(fd)
+        }
+
+        fn ioctl(&self, _fd: BorrowedFd<'_>, op: Ioctl) -> Result<(), Errno> {
+            let mut st = self.state();
+            st.ioctls.push(op);
+            st.ioctl_errors.pop_front().map_or(Ok(()), Err)
+        }
+
+        fn event_id(&self, fd: BorrowedFd<'_>) -> Result<u64, Errno> {
+            let mut st = self.state();
+            if let Some(e) = st.id_errors.pop_front() {
+                return Err(e);
+            }
+            let raw = fd.as_raw_fd();
+            st.fds.iter().rev().find(|f| f.0 == raw).map(|f| f.1).ok_or(Errno(libc::EBADF))
+        }
+
+        fn read(&self, _fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+            let data = self.state().reads.pop_front().ok_or(Errno(libc::EAGAIN))?;
+            let n = data.len().min(buf.len());
+            buf[..n].copy_from_slice(&data[..n]);
+            Ok(n)
+        }
+    }
+}
