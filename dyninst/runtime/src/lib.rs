@@ -119,9 +119,11 @@ struct Global {
     names: Vec<String>,
     output: Option<PathBuf>,
     started: Option<(Instant, u64)>,
+    /// The process that was set up; a forked child writes beside its report.
+    pid: u32,
 }
 
-static GLOBAL: Mutex<Global> = Mutex::new(Global { names: Vec::new(), output: None, started: None });
+static GLOBAL: Mutex<Global> = Mutex::new(Global { names: Vec::new(), output: None, started: None, pid: 0 });
 
 fn global() -> std::sync::MutexGuard<'static, Global> {
     GLOBAL.lock().unwrap_or_else(|e| e.into_inner())
@@ -159,9 +161,12 @@ pub fn register_functions<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Erro
     Ok(first as u32..requested as u32)
 }
 
-/// Sets where [`flush`] writes.
+/// Sets where [`flush`] writes (a forked child of this process writes to
+/// `PATH.<child pid>` instead).
 pub fn set_output(path: &Path) {
-    global().output = Some(path.to_path_buf());
+    let mut g = global();
+    g.output = Some(path.to_path_buf());
+    g.pid = std::process::id();
 }
 
 /// Addresses of the hooks in this process, for the in-process patcher.
@@ -254,7 +259,12 @@ pub fn snapshot() -> Report {
 
 /// Writes the report to the configured path.
 pub fn flush() -> Result<PathBuf, Error> {
-    let path = global().output.clone().ok_or(Error::NoOutput)?;
+    let (path, pid) = {
+        let g = global();
+        (g.output.clone().ok_or(Error::NoOutput)?, g.pid)
+    };
+    let me = std::process::id();
+    let path = if me == pid { path } else { PathBuf::from(format!("{}.{me}", path.display())) };
     let text = serde_json::to_string_pretty(&snapshot()).expect("reports serialise");
     std::fs::write(&path, text).map_err(|source| Error::Io {
         op: "write report",

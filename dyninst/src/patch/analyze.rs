@@ -60,6 +60,9 @@ pub enum Refusal {
     /// A compiler-split cold part (`f.cold`), entered by a jump from its function, not by a call.
     #[error("a cold part of a function, entered by a jump rather than a call")]
     NotAnEntry,
+    /// A stopped thread is in the middle of the bytes the jump would replace.
+    #[error("a thread is stopped inside its first instructions; try again")]
+    ThreadInside,
     /// Another symbol at the same address is already instrumented.
     #[error("already instrumented (an alias at the same address, or patched earlier)")]
     AlreadyPatched,

@@ -131,12 +131,32 @@ pub struct Patcher<S: AddressSpace> {
     space: S,
     arenas: Vec<Arena>,
     installed: Vec<Installed>,
+    pcs: Vec<u64>,
 }
 
 impl<S: AddressSpace> Patcher<S> {
     /// A patcher for `space`.
     pub fn new(space: S) -> Self {
-        Patcher { space, arenas: Vec::new(), installed: Vec::new() }
+        Patcher { space, arenas: Vec::new(), installed: Vec::new(), pcs: Vec::new() }
+    }
+
+    /// A patcher that owns patches made earlier (e.g. before detaching from
+    /// and re-attaching to a process), so it can remove them.
+    pub fn adopt(space: S, installed: Vec<Installed>) -> Self {
+        Patcher { space, arenas: Vec::new(), installed, pcs: Vec::new() }
+    }
+
+    /// Gives up ownership of the patches without removing them (the program
+    /// goes on running instrumented).
+    pub fn keep(mut self) -> Vec<Installed> {
+        std::mem::take(&mut self.installed)
+    }
+
+    /// Program counters of the target's stopped threads: a function whose
+    /// displaced bytes hold one past their first byte is refused
+    /// ([`Refusal::ThreadInside`]) rather than patched under that thread.
+    pub fn set_thread_pcs(&mut self, pcs: Vec<u64>) {
+        self.pcs = pcs;
     }
 
     /// The address space (e.g. to stop or resume the target around [`Patcher::instrument`]).
@@ -176,6 +196,10 @@ impl<S: AddressSpace> Patcher<S> {
                     continue;
                 }
             };
+            if self.pcs.iter().any(|&pc| pc > plan.at && pc < plan.resume()) {
+                out.refused.push(refuse(Refusal::ThreadInside));
+                continue;
+            }
             let busy = |i: &Installed| i.at < plan.resume() && plan.at < i.at + i.original.len() as u64;
             if self.installed.iter().chain(&out.installed).any(busy) {
                 out.refused.push(refuse(Refusal::AlreadyPatched));
