@@ -145,7 +145,7 @@ pub fn set_probe(probe: Probe) {
     hooks::TIMED.store(probe == Probe::Wallclock, Ordering::Relaxed);
 }
 
-/// Adds functions; returns their ids.
+/// Adds functions to the current session; returns their ids.
 pub fn register_functions<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Error> {
     let capacity = state::CAPACITY.load(Ordering::Acquire);
     if capacity == 0 {
@@ -158,8 +158,26 @@ pub fn register_functions<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Erro
         return Err(Error::Capacity { capacity, requested });
     }
     g.names.extend(names.iter().map(|n| n.as_ref().to_string()));
+    state::FUNCS.store(requested, Ordering::Relaxed);
+    state::ROWS.fetch_max(requested, Ordering::Relaxed);
     Ok(first as u32..requested as u32)
 }
+
+/// Starts a new session with these functions (ids from 0): every thread's
+/// figures start again from zero, and the report shows only this session.
+pub fn new_session<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Error> {
+    {
+        let mut g = global();
+        g.names.clear();
+        g.started = Some((Instant::now(), sys::rdtsc()));
+    }
+    state::EPOCH.fetch_add(1, Ordering::AcqRel);
+    register_functions(names)
+}
+
+/// Functions a session file may name at most (statistics rows per thread;
+/// mapped lazily, so unused rows cost address space only).
+pub const SESSION_CAPACITY: u64 = 1 << 16;
 
 /// Sets where [`flush`] writes (a forked child of this process writes to
 /// `PATH.<child pid>` instead).
@@ -209,9 +227,11 @@ pub fn snapshot() -> Report {
         }
         _ => 0.0,
     };
+    let epoch = state::EPOCH.load(Ordering::Acquire);
     let threads = state::threads()
+        .filter(|t| t.epoch.get() == epoch)
         .map(|t| {
-            let functions = (0..t.nfuncs)
+            let functions = (0..t.nfuncs.min(g.names.len() as u64))
                 .filter_map(|i| {
                     let s = t.stats(i);
                     (s.calls.get() > 0).then(|| FunctionReport {
@@ -283,8 +303,8 @@ pub fn setup_from(path: &Path) -> Result<Session, Error> {
     })?;
     let s: Session =
         serde_json::from_str(&text).map_err(|source| Error::Session { path: path.to_path_buf(), source })?;
-    init(s.functions.len() as u64, s.probe);
-    register_functions(&s.functions)?;
+    init(SESSION_CAPACITY.max(s.functions.len() as u64), s.probe);
+    new_session(&s.functions)?;
     set_output(&s.output);
     Ok(s)
 }

@@ -70,6 +70,8 @@ pub(crate) struct Entry {
     child: Word,
     /// Function id.
     fid: Word,
+    /// Session the activation began in (ids of older sessions mean other functions).
+    epoch: Word,
 }
 
 /// Per-function totals of one thread, in ticks.
@@ -99,6 +101,8 @@ pub(crate) struct Edge {
 #[repr(C)]
 pub(crate) struct Thread {
     busy: Word,
+    /// Session the statistics belong to.
+    pub epoch: Word,
     /// Hooks entered while `busy` (signal handlers interrupting a hook).
     pub reentered: Word,
     pub depth: Word,
@@ -119,6 +123,14 @@ pub(crate) struct Thread {
 static THREADS: AtomicPtr<Thread> = AtomicPtr::new(null_mut());
 /// Statistics rows per thread; 0 until the runtime is set up.
 pub(crate) static CAPACITY: AtomicU64 = AtomicU64::new(0);
+/// Functions of the current session (sizes new caller → callee tables).
+pub(crate) static FUNCS: AtomicU64 = AtomicU64::new(0);
+/// Most functions any session had: the statistics rows a new session clears.
+pub(crate) static ROWS: AtomicU64 = AtomicU64::new(0);
+/// The current session. A thread whose tables belong to an older one clears
+/// them at its next hook; its open activations of the older session still
+/// return through the stub but are not recorded.
+pub(crate) static EPOCH: AtomicU64 = AtomicU64::new(1);
 
 /// The calling thread's tables, created on first use; `None` before set-up
 /// or when the kernel refuses the memory.
@@ -139,7 +151,7 @@ extern "C" fn register() -> Option<&'static Thread> {
     if nfuncs == 0 {
         return None;
     }
-    let edge_cap = (nfuncs * 4).clamp(256, 1 << 16).next_power_of_two();
+    let edge_cap = (FUNCS.load(Ordering::Relaxed) * 4).clamp(256, 1 << 16).next_power_of_two();
     let head = size_of::<Thread>().next_multiple_of(64);
     let stats_len = nfuncs as usize * size_of::<Stats>();
     let edges_len = edge_cap as usize * size_of::<Edge>();
@@ -150,6 +162,7 @@ extern "C" fn register() -> Option<&'static Thread> {
     // the three tables laid out after it; zero is a valid value of every field.
     unsafe {
         (*t).nfuncs = nfuncs;
+        (*t).epoch.set(EPOCH.load(Ordering::Acquire));
         (*t).edge_mask = edge_cap - 1;
         (*t).tid = u64::from(sys::gettid());
         (*t).stats = base.add(head) as *mut Stats;
@@ -195,7 +208,35 @@ impl Thread {
         }
         self.busy.set(1);
         compiler_fence(Ordering::SeqCst);
+        let epoch = EPOCH.load(Ordering::Relaxed);
+        if self.epoch.get() != epoch {
+            self.renew(epoch);
+        }
         Some(Guard(self))
+    }
+
+    /// Clears the statistics for a new session (the shadow stack stays: its
+    /// activations still return through the stub).
+    #[cold]
+    #[inline(never)]
+    extern "C" fn renew(&self, epoch: u64) {
+        let rows = ROWS.load(Ordering::Relaxed).min(self.nfuncs);
+        for i in 0..rows {
+            let s = self.stats(i);
+            for w in [&s.calls, &s.exits, &s.unwound, &s.incl, &s.excl, &s.min, &s.max, &s.active] {
+                w.set(0);
+            }
+        }
+        for i in 0..=self.edge_mask {
+            let e = self.edge(i);
+            e.key.set(0);
+            e.calls.set(0);
+            e.incl.set(0);
+        }
+        self.overflow.set(0);
+        self.edge_overflow.set(0);
+        self.reentered.set(0);
+        self.epoch.set(epoch);
     }
 
     /// A statistics row.
@@ -257,6 +298,7 @@ impl Guard {
         e.start.set(now);
         e.child.set(0);
         e.fid.set(fid);
+        e.epoch.set(t.epoch.get());
         t.depth.set(d + 1);
         let s = t.stats(fid);
         s.calls.add(1);
@@ -289,6 +331,9 @@ impl Guard {
         let d = t.depth.get() - 1;
         t.depth.set(d);
         let e = t.entry(d);
+        if e.epoch.get() != t.epoch.get() {
+            return e.ret.get();
+        }
         let fid = e.fid.get();
         let dur = now.saturating_sub(e.start.get());
         let excl = dur.saturating_sub(e.child.get());
@@ -311,7 +356,7 @@ impl Guard {
         if dur > s.max.get() {
             s.max.set(dur);
         }
-        if d > 0 {
+        if d > 0 && t.entry(d - 1).epoch.get() == t.epoch.get() {
             let parent = t.entry(d - 1);
             parent.child.add(dur);
             self.add_edge(parent.fid.get(), fid, dur);
