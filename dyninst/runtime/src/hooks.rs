@@ -85,9 +85,9 @@ pub unsafe extern "C" fn papirus_probe_enter(fid: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
     let now = now();
-    g.reap_below(slot as u64, now);
     // SAFETY: `slot` is the live return slot (function contract).
     let ret = unsafe { slot.read() };
+    g.reap_below(slot as u64, ret != exit_stub(), now);
     if g.push(fid, slot as u64, ret, now) {
         // SAFETY: as above.
         unsafe { slot.write(exit_stub()) };
@@ -104,7 +104,7 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
     // a return through the stub always finds the tables free.
     let Some(g) = t.enter() else { sys::die(b"papirus-probe-runtime: exit stub reached inside a hook\n") };
     let now = now();
-    g.reap_below(rsp_after_ret - 8, now);
+    g.reap_below(rsp_after_ret - 8, false, now);
     if g.depth() == 0 {
         sys::die(b"papirus-probe-runtime: exit stub reached with an empty shadow stack\n")
     }
@@ -121,7 +121,7 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
 pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
-    g.reap_below(slot as u64, now());
+    g.reap_below(slot as u64, false, now());
     let stub = exit_stub();
     // Innermost first: activations sharing a slot (tail calls) chain through
     // the stub, and the outermost of them holds the real caller.
@@ -147,7 +147,7 @@ pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
 pub unsafe extern "C" fn papirus_probe_catch(_arg: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
-    g.reap_below(slot as u64, now());
+    g.reap_below(slot as u64, false, now());
     let stub = exit_stub();
     for i in 0..g.depth() {
         let (s, ret) = g.frame(i);

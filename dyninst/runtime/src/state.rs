@@ -308,15 +308,19 @@ impl Guard {
 
     /// Closes every activation whose return slot lies below `slot` (frames
     /// left by longjmp or an exception), recording each as unwound at `now`.
+    /// With `same_too`, an activation at `slot` itself is closed as well: a
+    /// new call through a slot that holds a real return address (not the exit
+    /// stub, as a tail call's would) means the old activation there is gone.
     #[inline(always)]
-    pub(crate) fn reap_below(&self, slot: u64, now: u64) {
+    pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64) {
         loop {
             let d = self.0.depth.get();
             if d == 0 {
                 return;
             }
             let s = self.0.entry(d - 1).slot.get();
-            if s >= slot || slot - s >= REAP_WINDOW {
+            let stale = s < slot || (same_too && s == slot);
+            if !stale || slot - s >= REAP_WINDOW {
                 return;
             }
             self.pop(now, true);

@@ -3,9 +3,11 @@
 //! runtime, and read the report it writes (`papirus-probe run`, `attach`,
 //! `report`).
 //!
-//! The runtime (`libpapirus_probe_runtime.so`) is found beside the running
-//! executable (cargo puts it in `target/<profile>/` next to `papirus-probe`),
-//! or at `$PAPIRUS_PROBE_RUNTIME`.
+//! The runtime (`libpapirus_probe_runtime.so`) is found with no configuration
+//! beside the running executable: cargo builds it with papirus-probe into
+//! `target/<profile>/deps/` (and copies it to `target/<profile>/` when the
+//! runtime package is built by name); the newest copy wins. `$PAPIRUS_PROBE_RUNTIME`
+//! overrides.
 
 mod attach;
 mod report;
@@ -112,10 +114,14 @@ pub fn find_runtime() -> Result<PathBuf, ProbeError> {
         source,
     })?;
     let dir = exe.parent().unwrap_or(Path::new("/"));
-    // Test and bench binaries live one level down, in target/<profile>/deps.
-    [dir.join(RUNTIME_FILE), dir.join("..").join(RUNTIME_FILE)]
+    // cargo builds the cdylib into target/<profile>/deps and copies it up to
+    // target/<profile>/ only when the runtime package itself is built: take
+    // the newest copy. Test binaries live in deps/ themselves.
+    [dir.join(RUNTIME_FILE), dir.join("deps").join(RUNTIME_FILE), dir.join("..").join(RUNTIME_FILE)]
         .into_iter()
-        .find(|p| p.is_file())
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
         .ok_or(ProbeError::NoRuntime { exe })
 }
 
