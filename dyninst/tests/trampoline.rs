@@ -35,10 +35,12 @@ fn build(src: &str, out: &str, cxx: bool, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// Loads a library locally: several copies of the same target are loaded, and
+/// each must call its own functions, not the first copy's.
 fn dlopen(path: &Path) -> usize {
     let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
     // SAFETY: loads a library this test built; its constructors are trivial.
-    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
+    let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
     assert!(!h.is_null(), "dlopen {}", path.display());
     h as usize
 }
@@ -192,7 +194,8 @@ fn fixture() -> &'static Fixture {
         // The unwinder and the C++ runtime, so exceptions see real return addresses.
         let mut unwinders = Vec::new();
         for name in UNWIND_BEGIN.iter().copied().chain([CATCH_BEGIN]) {
-            let addr = dlsym(libc::RTLD_DEFAULT as usize, name).expect(name);
+            // The C++ library's scope holds libstdc++ and libgcc_s.
+            let addr = dlsym(exc, name).expect(name);
             let path = file_of(addr);
             let h = dlopen(&path);
             let (_, a, size) =
@@ -482,26 +485,22 @@ fn removal_restores_the_original_bytes() {
     assert_eq!(&read(specs[0].addr, specs[0].size), &original[0]);
 }
 
-/// The hooks' code, and everything it calls, touches no vector, x87 or MMX
-/// register and calls nothing outside the runtime: the trampolines rely on it
-/// when they save only general registers and flags.
-#[test]
-fn hooks_use_no_vector_registers_or_libc() {
-    let hooks = rt::hooks();
-    let mem = File::open("/proc/self/mem").unwrap();
-    let mut todo = vec![hooks.enter, hooks.unwind_begin, hooks.catch, hooks.exit_stub];
+/// Walks the code reachable from `roots` (following direct calls and
+/// branches) and fails on any vector, x87, MMX or mask register, or any
+/// indirect branch or call (a call into libc goes through one). Returns the
+/// number of instructions checked.
+fn check_vector_free(roots: &[u64], read: &mut dyn FnMut(u64, &mut [u8])) -> usize {
+    let mut todo = roots.to_vec();
     let mut seen = HashSet::new();
     let mut info = InstructionInfoFactory::new();
-    let mut checked = 0;
     while let Some(ip) = todo.pop() {
         if !seen.insert(ip) {
             continue;
         }
         let mut bytes = [0u8; 16];
-        mem.read_exact_at(&mut bytes, ip).unwrap();
+        read(ip, &mut bytes);
         let i = Decoder::with_ip(64, &bytes, ip, DecoderOptions::NONE).decode();
         assert!(!i.is_invalid(), "undecodable at {ip:#x}");
-        checked += 1;
         for r in info.info(&i).used_registers() {
             let reg = r.register();
             assert!(
@@ -510,9 +509,7 @@ fn hooks_use_no_vector_registers_or_libc() {
             );
         }
         match i.flow_control() {
-            FlowControl::Next | FlowControl::Interrupt if i.code() != iced_x86::Code::Int3 => {
-                todo.push(i.next_ip())
-            }
+            FlowControl::Next => todo.push(i.next_ip()),
             FlowControl::ConditionalBranch => {
                 todo.push(i.next_ip());
                 todo.push(i.near_branch_target());
@@ -528,7 +525,66 @@ fn hooks_use_no_vector_registers_or_libc() {
             _ => panic!("{i} at {ip:#x}: indirect control flow or a call outside the runtime"),
         }
     }
-    assert!(checked > 100, "walked {checked} instructions");
+    seen.len()
+}
+
+/// The hooks' code, and everything it calls, touches no vector, x87 or MMX
+/// register and calls nothing outside the runtime: the trampolines rely on it
+/// when they save only general registers and flags. Checked in this process
+/// (the runtime linked as an rlib) …
+#[test]
+fn hooks_use_no_vector_registers_or_libc() {
+    let hooks = rt::hooks();
+    let mem = File::open("/proc/self/mem").unwrap();
+    let n =
+        check_vector_free(&[hooks.enter, hooks.unwind_begin, hooks.catch, hooks.exit_stub], &mut |a, b| {
+            mem.read_exact_at(b, a).unwrap()
+        });
+    assert!(n > 100, "walked {n} instructions");
+}
+
+/// … and in the shared library papirus-probe loads into targets.
+#[test]
+fn the_runtime_library_uses_no_vector_registers_or_libc() {
+    let path = papirus_dyninst::probe::find_runtime().expect("the runtime is built with papirus-dyninst");
+    let data = std::fs::read(&path).unwrap();
+    let obj = object::File::parse(&*data).unwrap();
+    let roots: Vec<u64> = [
+        "papirus_probe_enter",
+        "papirus_probe_unwind_begin",
+        "papirus_probe_catch",
+        "papirus_probe_exit_stub",
+    ]
+    .iter()
+    .map(|n| {
+        obj.symbols()
+            .find(|s| s.name() == Ok(n))
+            .unwrap_or_else(|| panic!("{n} in {}", path.display()))
+            .address()
+    })
+    .collect();
+    let n = check_vector_free(&roots, &mut |addr, buf| {
+        use object::ObjectSegment;
+        let seg = obj.segments().find(|s| (s.address()..s.address() + s.size()).contains(&addr)).unwrap();
+        let off = (addr - seg.address() + seg.file_range().0) as usize;
+        let end = (off + buf.len()).min(data.len());
+        buf[..end - off].copy_from_slice(&data[off..end]);
+    });
+    assert!(n > 100, "walked {n} instructions in {}", path.display());
+}
+
+#[test]
+fn a_thread_inside_the_displaced_bytes_blocks_the_patch() {
+    let path = build("probe_target.c", "libprobe_pcs.so", false, &["-pthread"]);
+    let h = dlopen(&path);
+    let (_, addr, size) = functions(&path, h).into_iter().find(|(n, _, _)| n == "many").unwrap();
+    let spec = FunctionSpec { name: "many".into(), addr, size, hook: rt::hooks().enter, arg: u32::MAX };
+    let mut p = Patcher::new(LocalSpace::new().unwrap());
+    p.set_thread_pcs(vec![addr + 1]);
+    let out = p.instrument(std::slice::from_ref(&spec)).unwrap();
+    assert_eq!(out.refused[0].reason, Refusal::ThreadInside);
+    p.set_thread_pcs(vec![addr]);
+    assert_eq!(p.instrument(&[spec]).unwrap().installed.len(), 1, "a thread at the very start is fine");
 }
 
 /// The `papirus-probe` tool on programs it starts or attaches to.
