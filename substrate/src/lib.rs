@@ -2,19 +2,25 @@
 //!
 //! The only crate of papirus that talks to `perf_event_open(2)`, its ioctls
 //! and mmap'd pages, the TSC, and sysfs. Everything unsafe lives in
-//! [`sys`] (syscalls) and the modules that map kernel pages; the rest is
-//! safe Rust.
+//! [`sys`] (syscalls), [`mmap`] (kernel pages) and [`arch`] (rdtsc, cpuid,
+//! rdpmc); the rest is safe Rust.
 #![deny(unsafe_code)]
 
+pub mod arch;
 pub mod attr;
 pub mod catalog;
+pub mod clock;
 pub mod elf;
 pub mod error;
 pub mod event;
+pub mod fastread;
 pub mod group;
+pub mod hwinfo;
+pub mod mmap;
 pub mod names;
 pub mod pmu;
 pub mod sys;
+pub mod vclock;
 
 pub use attr::{Domain, EventAttr, Kind};
 pub use error::{Error, Op, Result};

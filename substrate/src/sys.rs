@@ -123,6 +123,16 @@ pub trait Sys: Send + Sync + fmt::Debug {
 
     /// `read(2)` into `buf`, returning the number of bytes read.
     fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno>;
+
+    /// `mmap(2)` of the first `len` bytes of a perf event descriptor, shared
+    /// and read-only (the metadata page first). Tests return
+    /// [`Mapping::from_image`](crate::mmap::Mapping::from_image) to hand in
+    /// synthetic pages. The default maps nothing (`ENODEV`), so readers fall
+    /// back to `read(2)`.
+    fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno> {
+        let _ = (fd, len);
+        Err(Errno(libc::ENODEV))
+    }
 }
 
 /// The real kernel.
@@ -188,6 +198,20 @@ impl Sys for Kernel {
         let ret = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if ret < 0 { Err(Errno::last()) } else { Ok(ret as usize) }
     }
+
+    fn mmap(&self, fd: BorrowedFd<'_>, len: usize) -> Result<crate::mmap::Mapping, Errno> {
+        crate::mmap::Mapping::map_fd(fd, len)
+    }
+}
+
+/// `clock_gettime(2)` of `clock` (`libc::CLOCK_*`) in nanoseconds. The
+/// TSC-based clocks go through the vDSO; the CPU-time clocks are syscalls.
+pub fn clock_gettime(clock: libc::clockid_t) -> Result<u64, Errno> {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid timespec the call writes into.
+    let ret = unsafe { libc::clock_gettime(clock, &mut ts) };
+    check(ret)?;
+    Ok((ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64))
 }
 
 /// A scripted kernel for unit tests: opens hand out the write end of a

@@ -1,0 +1,524 @@
+//! Counter and group reads that skip `read(2)` wherever a user-space path
+//! is exact, and say which path each read took ([`ReadPath`]).
+//!
+//! A member has a user-space path ([`UserPath`]) when the event counts the
+//! calling thread (`Target::ThisThread`, not inherited) and either
+//!
+//! - it is `task-clock` or `cpu-clock`: its value grows 1:1 with the
+//!   thread's running time, so it is read like virtual time
+//!   ([`crate::vclock`]): the kernel's cap_user_time extrapolation, or the
+//!   last `read(2)` plus the TSC time since, valid while the page's `lock`
+//!   shows no context switch; or
+//! - its page offers `cap_user_rdpmc` and it is on a counter (`index != 0`).
+//!
+//! rdpmc is never used for an event of another thread or a CPU: the
+//! counter it reads belongs to whatever runs here. A read falls back to one
+//! `read(2)` when any member lacks a user-space path at that moment (for a
+//! group: so all values stay one consistent snapshot).
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::os::fd::AsFd;
+use std::sync::Arc;
+
+use perf_event_open_sys::bindings as b;
+use serde::Serialize;
+
+use crate::attr::EventAttr;
+use crate::error::{Error, Result};
+use crate::event::{Count, Counter, Target};
+use crate::group::{Group, GroupCounts, Member};
+use crate::mmap::{Mapping, NativeCpu, page_size};
+use crate::sys::{self, Errno, Sys};
+use crate::vclock::Hybrid;
+
+/// How one read obtained its values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReadPath {
+    /// From mmap pages, rdpmc and the TSC: no system call.
+    UserSpace,
+    /// From user space after one `read(2)` that resynchronised the base
+    /// (first read, after a context switch, or after the interval bound).
+    Resync,
+    /// One `read(2)`: no exact user-space path for some member right now.
+    Syscall,
+}
+
+/// The user-space path a member can take.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum UserPath {
+    /// task-clock/cpu-clock by the kernel's cap_user_time extrapolation.
+    KernelTime,
+    /// task-clock/cpu-clock by the last `read(2)` plus the TSC (page lock unchanged).
+    Hybrid,
+    /// The page's `offset` plus `rdpmc` when the page allows it at read time.
+    Rdpmc,
+    /// None: every read is a syscall.
+    None {
+        /// Why.
+        reason: String,
+    },
+}
+
+fn is_time_event(attr: &EventAttr) -> bool {
+    attr.type_() == b::PERF_TYPE_SOFTWARE
+        && (attr.config_value() == u64::from(b::PERF_COUNT_SW_TASK_CLOCK)
+            || attr.config_value() == u64::from(b::PERF_COUNT_SW_CPU_CLOCK))
+}
+
+/// Decides a member's path from its description, target and mapped page.
+fn classify(
+    attr: &EventAttr,
+    target: Target,
+    page: &std::result::Result<Mapping, Errno>,
+    hybrid_ok: bool,
+) -> UserPath {
+    let none = |reason: String| UserPath::None { reason };
+    if target != Target::ThisThread {
+        return none(format!(
+            "{target:?} is not the calling thread: rdpmc and the page's times would describe another context"
+        ));
+    }
+    if attr.inherit_value() {
+        return none("inherited events also count children, which the page does not show".into());
+    }
+    let page = match page {
+        Ok(p) => p,
+        Err(e) => return none(format!("the event's page could not be mapped: {e}")),
+    };
+    let Some(r) = page.read(&NativeCpu, true) else {
+        return none("the page's seqlock never settled".into());
+    };
+    if is_time_event(attr) {
+        if r.caps.user_time {
+            UserPath::KernelTime
+        } else if hybrid_ok {
+            UserPath::Hybrid
+        } else {
+            none("no cap_user_time and no usable TSC".into())
+        }
+    } else if r.caps.user_rdpmc {
+        UserPath::Rdpmc
+    } else {
+        none(format!("`{}` has no user-space read here (the page offers no rdpmc)", attr.name()))
+    }
+}
+
+fn map(sys: &dyn Sys, fd: std::os::fd::BorrowedFd<'_>) -> std::result::Result<Mapping, Errno> {
+    sys.mmap(fd, page_size())
+}
+
+/// Reads one member from its page. `None`: no exact value right now.
+fn page_value(path: &UserPath, page: &Mapping) -> Option<Count> {
+    // Only these paths exist for events of the calling thread (`classify`),
+    // so only they may let the reader execute rdpmc.
+    if !matches!(path, UserPath::KernelTime | UserPath::Rdpmc) {
+        return None;
+    }
+    let r = page.read(&NativeCpu, true)?;
+    match path {
+        UserPath::KernelTime => {
+            let d = r.since_update?;
+            // A software event's `offset` is its count at the last update;
+            // a time event has run since, as has its running time.
+            Some(Count {
+                raw: (r.count as u64).wrapping_add(d),
+                time_enabled: r.enabled,
+                time_running: r.running.wrapping_add(d),
+            })
+        }
+        UserPath::Rdpmc if r.pmc => {
+            // Without cap_user_time the times are those of the last update;
+            // they are only usable when the event was never multiplexed.
+            if !r.caps.user_time && r.enabled != r.running {
+                return None;
+            }
+            Some(Count { raw: r.count as u64, time_enabled: r.enabled, time_running: r.running })
+        }
+        _ => None,
+    }
+}
+
+fn extrapolate(c: &Count, d: u64) -> Count {
+    Count { raw: c.raw + d, time_enabled: c.time_enabled + d, time_running: c.time_running + d }
+}
+
+/// A [`Counter`] with its page mapped, read from user space when exact.
+/// Not `Send`: its user-space path is valid on the opening thread only.
+#[derive(Debug)]
+pub struct MappedCounter {
+    counter: Counter,
+    page: Option<Mapping>,
+    path: UserPath,
+    hybrid: Option<Hybrid>,
+    base: Cell<Count>,
+    /// The last two syncs read the same value and enabled time: the event
+    /// is stopped (disabled behind this handle's back, e.g. by prctl), so
+    /// the value is not extrapolated until the page's lock moves again.
+    frozen: Cell<bool>,
+    enabled: Cell<bool>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl MappedCounter {
+    /// Opens `attr` on `target` in the real kernel and maps its page. Starts disabled.
+    pub fn open(attr: &EventAttr, target: Target) -> Result<MappedCounter> {
+        MappedCounter::open_with(sys::kernel(), attr, target)
+    }
+
+    /// Like [`open`](Self::open), through `sys`.
+    pub fn open_with(sys: Arc<dyn Sys>, attr: &EventAttr, target: Target) -> Result<MappedCounter> {
+        let counter = attr.open_with(sys.clone(), target)?;
+        let page = map(&*sys, counter.as_fd());
+        let hybrid = Hybrid::new();
+        let path = classify(attr, target, &page, hybrid.is_some());
+        Ok(MappedCounter {
+            counter,
+            page: page.ok(),
+            hybrid: if path == UserPath::Hybrid { hybrid } else { None },
+            path,
+            base: Cell::new(Count::default()),
+            frozen: Cell::new(false),
+            enabled: Cell::new(false),
+            _not_send: PhantomData,
+        })
+    }
+
+    /// The path reads take when the event is enabled.
+    pub fn path(&self) -> &UserPath {
+        &self.path
+    }
+
+    /// One `read(2)` of the counter, bypassing the user-space path (the
+    /// baseline to compare it with). The counter itself stays private so
+    /// that its state changes go through this handle.
+    pub fn read_syscall(&self) -> Result<Count> {
+        self.counter.read()
+    }
+
+    /// Starts counting.
+    pub fn enable(&self) -> Result<()> {
+        self.counter.enable()?;
+        self.enabled.set(true);
+        Ok(())
+    }
+
+    /// Stops counting; reads become `read(2)` until enabled again.
+    pub fn disable(&self) -> Result<()> {
+        self.enabled.set(false);
+        self.counter.disable()
+    }
+
+    /// Zeroes the value (the page's lock moves, so the next read resyncs).
+    pub fn reset(&self) -> Result<()> {
+        self.counter.reset()
+    }
+
+    /// The value with its times, and the path that produced it.
+    #[inline]
+    pub fn read(&self) -> Result<(Count, ReadPath)> {
+        if self.enabled.get()
+            && let Some(page) = &self.page
+        {
+            if let Some(h) = &self.hybrid {
+                if let Some(d) = h.since_sync(page) {
+                    let d = if self.frozen.get() { 0 } else { d };
+                    return Ok((extrapolate(&self.base.get(), d), ReadPath::UserSpace));
+                }
+                let c = h.sync(page, || self.counter.read())?;
+                let prev = self.base.replace(c);
+                self.frozen.set(c.raw == prev.raw && c.time_enabled == prev.time_enabled);
+                return Ok((c, ReadPath::Resync));
+            }
+            if let Some(c) = page_value(&self.path, page) {
+                return Ok((c, ReadPath::UserSpace));
+            }
+        }
+        Ok((self.counter.read()?, ReadPath::Syscall))
+    }
+}
+
+/// A [`Group`] with every member's page mapped, read from user space when
+/// every member has an exact path. Not `Send`, like [`MappedCounter`].
+#[derive(Debug)]
+pub struct MappedGroup {
+    group: Group,
+    members: Vec<Member>,
+    pages: Vec<Option<Mapping>>,
+    paths: Vec<UserPath>,
+    /// One timing base for all Hybrid members, keyed on the leader's page:
+    /// the members run exactly when the group does.
+    hybrid: Option<Hybrid>,
+    bases: RefCell<Vec<Count>>,
+    /// As [`MappedCounter`]'s: the group was stopped behind this handle's back.
+    frozen: Cell<bool>,
+    scratch: RefCell<GroupCounts>,
+    enabled: Cell<bool>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl MappedGroup {
+    /// Opens `attrs` (the first is the leader) as a group on `target` in
+    /// the real kernel and maps each member's page. Starts disabled.
+    pub fn open(attrs: &[EventAttr], target: Target) -> Result<MappedGroup> {
+        MappedGroup::open_with(sys::kernel(), attrs, target)
+    }
+
+    /// Like [`open`](Self::open), through `sys`. An empty `attrs` is
+    /// [`Error::Malformed`]: a group needs a leader.
+    pub fn open_with(sys: Arc<dyn Sys>, attrs: &[EventAttr], target: Target) -> Result<MappedGroup> {
+        let Some((leader, rest)) = attrs.split_first() else {
+            return Err(Error::Malformed {
+                event: String::new(),
+                reason: "a group needs at least one event".into(),
+            });
+        };
+        let mut group = Group::open_with(sys.clone(), leader, target)?;
+        for a in rest {
+            group.add(a)?;
+        }
+        let members: Vec<Member> = group.members().collect();
+        let mapped: Vec<std::result::Result<Mapping, Errno>> = members
+            .iter()
+            .map(|m| group.fd(m).map_or(Err(Errno(libc::EBADF)), |fd| map(&*sys, fd)))
+            .collect();
+        let tsc_ok = Hybrid::new().is_some();
+        let paths: Vec<UserPath> =
+            attrs.iter().zip(&mapped).map(|(a, p)| classify(a, target, p, tsc_ok)).collect();
+        let pages: Vec<Option<Mapping>> = mapped.into_iter().map(|p| p.ok()).collect();
+        let hybrid = paths.contains(&UserPath::Hybrid).then(Hybrid::new).flatten();
+        Ok(MappedGroup {
+            group,
+            bases: RefCell::new(vec![Count::default(); members.len()]),
+            members,
+            pages,
+            paths,
+            hybrid,
+            frozen: Cell::new(false),
+            scratch: RefCell::new(GroupCounts::default()),
+            enabled: Cell::new(false),
+            _not_send: PhantomData,
+        })
+    }
+
+    /// Each member's path, in group order.
+    pub fn paths(&self) -> &[UserPath] {
+        &self.paths
+    }
+
+    /// Whether enabled reads take the user-space path (every member has one).
+    pub fn user_space(&self) -> bool {
+        !self.paths.iter().any(|p| matches!(p, UserPath::None { .. }))
+    }
+
+    /// The members, leader first (index `out` of [`read_into`](Self::read_into) with `member.index()`).
+    pub fn members(&self) -> &[Member] {
+        &self.members
+    }
+
+    /// One `read(2)` of the group into `out` (indexed by `Member::index`),
+    /// bypassing the user-space path: the baseline to compare it with.
+    pub fn read_syscall(&self, out: &mut Vec<Count>) -> Result<()> {
+        out.resize(self.members.len(), Count::default());
+        self.syscall(out)
+    }
+
+    /// Starts every member.
+    pub fn enable(&self) -> Result<()> {
+        self.group.enable()?;
+        self.enabled.set(true);
+        Ok(())
+    }
+
+    /// Stops every member; reads become `read(2)` until enabled again.
+    pub fn disable(&self) -> Result<()> {
+        self.enabled.set(false);
+        self.group.disable()
+    }
+
+    /// Zeroes every member.
+    pub fn reset(&self) -> Result<()> {
+        self.group.reset()
+    }
+
+    fn syscall(&self, out: &mut [Count]) -> Result<()> {
+        let mut counts = self.scratch.borrow_mut();
+        self.group.read_into(&mut counts)?;
+        for (slot, m) in out.iter_mut().zip(&self.members) {
+            *slot = counts.get(m).copied().unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    /// Reads every member into `out` (indexed by `Member::index`; resized
+    /// to the group, so it allocates only on first use) and says how.
+    pub fn read_into(&self, out: &mut Vec<Count>) -> Result<ReadPath> {
+        out.resize(self.members.len(), Count::default());
+        let out = out.as_mut_slice();
+        if !self.enabled.get() || !self.user_space() {
+            self.syscall(out)?;
+            return Ok(ReadPath::Syscall);
+        }
+        let mut path = ReadPath::UserSpace;
+        let mut since = None;
+        if let (Some(h), Some(Some(leader))) = (&self.hybrid, self.pages.first()) {
+            since = h.since_sync(leader);
+            if since.is_none() {
+                h.sync(leader, || self.syscall(out))?;
+                let mut bases = self.bases.borrow_mut();
+                let same = |(c, b): (&Count, &Count)| c.raw == b.raw && c.time_enabled == b.time_enabled;
+                self.frozen.set(out.iter().zip(bases.iter()).all(same));
+                bases.copy_from_slice(out);
+                since = Some(0);
+                path = ReadPath::Resync;
+            } else if self.frozen.get() {
+                since = Some(0);
+            }
+        }
+        let bases = self.bases.borrow();
+        for (i, (p, page)) in self.paths.iter().zip(&self.pages).enumerate() {
+            let v = match (p, page) {
+                (UserPath::Hybrid, _) => since.map(|d| extrapolate(&bases[i], d)),
+                (_, Some(page)) => page_value(p, page),
+                _ => None,
+            };
+            match v {
+                Some(c) => out[i] = c,
+                None => {
+                    self.syscall(out)?;
+                    return Ok(ReadPath::Syscall);
+                }
+            }
+        }
+        Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::Kind;
+    use crate::mmap::{Caps, PageImage};
+    use crate::sys::{Ioctl, perf_event_attr};
+    use std::os::fd::{BorrowedFd, OwnedFd};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// A kernel with rdpmc-capable pages: one image per opened event, ids
+    /// 1, 2, 3…, and reads that must not happen on the user-space path.
+    #[derive(Debug, Default)]
+    struct RdpmcKernel {
+        images: Mutex<Vec<Arc<PageImage>>>,
+        reads: Mutex<usize>,
+    }
+
+    impl Sys for RdpmcKernel {
+        fn perf_event_open(
+            &self,
+            _: &mut perf_event_attr,
+            _: i32,
+            _: i32,
+            _: Option<BorrowedFd<'_>>,
+            _: u64,
+        ) -> std::result::Result<OwnedFd, Errno> {
+            let img = PageImage::new();
+            img.set_caps(Caps { user_rdpmc: true, ..Caps::default() });
+            img.set_pmc_width(48);
+            img.set_index(0);
+            img.set_offset(1000);
+            img.set_times(500, 500);
+            img.bump_lock(2);
+            self.images.lock().unwrap().push(img);
+            std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
+        }
+        fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> std::result::Result<(), Errno> {
+            Ok(())
+        }
+        fn event_id(&self, _: BorrowedFd<'_>) -> std::result::Result<u64, Errno> {
+            Ok(self.images.lock().unwrap().len() as u64)
+        }
+        fn read(&self, _: BorrowedFd<'_>, buf: &mut [u8]) -> std::result::Result<usize, Errno> {
+            *self.reads.lock().unwrap() += 1;
+            // value 7, enabled 9, running 9, id 1 (single-counter format)
+            let words = [7u64, 9, 9, 1];
+            for (i, w) in words.iter().enumerate() {
+                buf[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+            }
+            Ok(32)
+        }
+        fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> std::result::Result<Mapping, Errno> {
+            let imgs = self.images.lock().unwrap();
+            Ok(Mapping::from_image(imgs.last().unwrap().clone()))
+        }
+    }
+
+    #[test]
+    fn an_empty_group_is_an_error_not_a_panic() {
+        let r = MappedGroup::open_with(Arc::new(RdpmcKernel::default()), &[], Target::ThisThread);
+        assert!(matches!(r, Err(Error::Malformed { .. })), "{r:?}");
+    }
+
+    #[test]
+    fn a_stopped_time_event_is_not_extrapolated() {
+        if Hybrid::new().is_none() {
+            eprintln!("no usable TSC here: the hybrid path is not used");
+            return;
+        }
+        // The fake read() always returns 7: an event stopped behind the
+        // handle's back (prctl), seen through its unchanging value.
+        let k = Arc::new(RdpmcKernel::default());
+        let tc = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, 1);
+        let c = MappedCounter::open_with(k.clone(), &tc, Target::ThisThread).unwrap();
+        assert_eq!(c.path(), &UserPath::Hybrid);
+        c.enable().unwrap();
+        assert_eq!(c.read().unwrap(), (Count { raw: 7, time_enabled: 9, time_running: 9 }, ReadPath::Resync));
+        std::thread::sleep(crate::vclock::MAX_SYNC_INTERVAL * 2);
+        // The interval forces a resync, which finds the same value: frozen.
+        assert_eq!(c.read().unwrap().1, ReadPath::Resync);
+        std::thread::sleep(Duration::from_micros(50));
+        let (v, path) = c.read().unwrap();
+        assert_eq!((v.raw, path), (7, ReadPath::UserSpace), "a stopped event must not advance");
+        // A page update (an enable, a context switch) resyncs.
+        k.images.lock().unwrap()[0].bump_lock(2);
+        assert_eq!(c.read().unwrap().1, ReadPath::Resync);
+    }
+
+    fn raw_event() -> EventAttr {
+        EventAttr::new("r00c0", Kind::Hardware, b::PERF_TYPE_RAW, 0xc0)
+    }
+
+    #[test]
+    fn rdpmc_path_needs_the_calling_thread_and_a_counter_index() {
+        let k_other = Arc::new(RdpmcKernel::default());
+        let other = MappedCounter::open_with(k_other.clone(), &raw_event(), Target::Task(1)).unwrap();
+        assert!(
+            matches!(other.path(), UserPath::None { reason } if reason.contains("not the calling thread"))
+        );
+        let mut inherited = raw_event();
+        inherited.inherit(true);
+        let inh = MappedCounter::open_with(Arc::new(RdpmcKernel::default()), &inherited, Target::ThisThread)
+            .unwrap();
+        assert!(matches!(inh.path(), UserPath::None { .. }));
+
+        let k = Arc::new(RdpmcKernel::default());
+        let c = MappedCounter::open_with(k.clone(), &raw_event(), Target::ThisThread).unwrap();
+        assert_eq!(c.path(), &UserPath::Rdpmc);
+        // Disabled: read(2).
+        assert_eq!(
+            c.read().unwrap(),
+            (Count { raw: 7, time_enabled: 9, time_running: 9 }, ReadPath::Syscall)
+        );
+        c.enable().unwrap();
+        // index 0 (not on a counter right now): read(2), never rdpmc.
+        assert_eq!(c.read().unwrap().1, ReadPath::Syscall);
+        // The `other` counter never ran rdpmc: it would have faulted here,
+        // since this machine's CPU has not enabled user rdpmc.
+        other.enable().unwrap();
+        k_other.images.lock().unwrap()[0].set_index(1);
+        assert_eq!(other.read().unwrap().1, ReadPath::Syscall);
+        assert_eq!(*k.reads.lock().unwrap(), 2);
+        assert_eq!(*k_other.reads.lock().unwrap(), 1);
+    }
+}
