@@ -487,11 +487,30 @@ fn removal_restores_the_original_bytes() {
 
 /// Walks the code reachable from `roots` (following direct calls and
 /// branches) and fails on any vector, x87, MMX or mask register, or any
-/// indirect branch or call (a call into libc goes through one). Returns the
-/// number of instructions checked.
-fn check_vector_free(roots: &[u64], read: &mut dyn FnMut(u64, &mut [u8])) -> usize {
+/// indirect branch or call (a call into libc goes through one). `xsaver` is
+/// the counters probe's reader: the walk checks that it saves the extended
+/// state (xsave64 before its call, xrstor64 after) and does not descend into
+/// what it calls. Returns the number of instructions checked.
+fn check_vector_free(roots: &[u64], xsaver: u64, read: &mut dyn FnMut(u64, &mut [u8])) -> usize {
     let mut todo = roots.to_vec();
     let mut seen = HashSet::new();
+    // The reader: push ×3, two movs, mask in edx:eax, xsave64, call, mask, xrstor64.
+    let mut ip = xsaver;
+    let mut order = Vec::new();
+    for _ in 0..12 {
+        let mut bytes = [0u8; 16];
+        read(ip, &mut bytes);
+        let i = Decoder::with_ip(64, &bytes, ip, DecoderOptions::NONE).decode();
+        order.push(i.mnemonic());
+        ip = i.next_ip();
+    }
+    use iced_x86::Mnemonic::{Call, Xrstor64, Xsave64};
+    let pos = |m| order.iter().position(|&x| x == m).unwrap_or(usize::MAX);
+    assert!(
+        pos(Xsave64) < pos(Call) && pos(Call) < pos(Xrstor64),
+        "the counters reader saves state: {order:?}"
+    );
+    seen.insert(xsaver);
     let mut info = InstructionInfoFactory::new();
     while let Some(ip) = todo.pop() {
         if !seen.insert(ip) {
@@ -536,10 +555,8 @@ fn check_vector_free(roots: &[u64], read: &mut dyn FnMut(u64, &mut [u8])) -> usi
 fn hooks_use_no_vector_registers_or_libc() {
     let hooks = rt::hooks();
     let mem = File::open("/proc/self/mem").unwrap();
-    let n =
-        check_vector_free(&[hooks.enter, hooks.unwind_begin, hooks.catch, hooks.exit_stub], &mut |a, b| {
-            mem.read_exact_at(b, a).unwrap()
-        });
+    let roots = [hooks.enter, hooks.unwind_begin, hooks.catch, hooks.exit_stub];
+    let n = check_vector_free(&roots, hooks.counters_read, &mut |a, b| mem.read_exact_at(b, a).unwrap());
     assert!(n > 100, "walked {n} instructions");
 }
 
@@ -549,21 +566,25 @@ fn the_runtime_library_uses_no_vector_registers_or_libc() {
     let path = papirus_dyninst::probe::find_runtime().expect("the runtime is built with papirus-dyninst");
     let data = std::fs::read(&path).unwrap();
     let obj = object::File::parse(&*data).unwrap();
-    let roots: Vec<u64> = [
+    let sym = |n: &str| {
+        obj.symbols()
+            .find(|s| s.name() == Ok(n))
+            .unwrap_or_else(|| panic!("{n} in {}", path.display()))
+            .address()
+    };
+    let roots = [
         "papirus_probe_enter",
         "papirus_probe_unwind_begin",
         "papirus_probe_catch",
         "papirus_probe_exit_stub",
     ]
-    .iter()
-    .map(|n| {
-        obj.symbols()
-            .find(|s| s.name() == Ok(n))
-            .unwrap_or_else(|| panic!("{n} in {}", path.display()))
-            .address()
-    })
-    .collect();
-    let n = check_vector_free(&roots, &mut |addr, buf| {
+    .map(sym);
+    let reader = obj
+        .symbols()
+        .find(|s| s.name().is_ok_and(|n| n.contains("counters13counters_read")))
+        .expect("the counters reader")
+        .address();
+    let n = check_vector_free(&roots, reader, &mut |addr, buf| {
         use object::ObjectSegment;
         let seg = obj.segments().find(|s| (s.address()..s.address() + s.size()).contains(&addr)).unwrap();
         let off = (addr - seg.address() + seg.file_range().0) as usize;
@@ -627,11 +648,16 @@ mod tool {
 
     /// Runs `program` plain and under `papirus-probe run`; returns the report.
     fn run_both(program: &Path, json: &str) -> rt::Report {
+        run_both_with(program, json, &[])
+    }
+
+    fn run_both_with(program: &Path, json: &str, opts: &[&str]) -> rt::Report {
         let plain = Command::new(program).output().unwrap();
         assert!(plain.status.success());
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(json);
         let _ = std::fs::remove_file(&out);
-        let probed = probe().arg("run").arg("-o").arg(&out).arg("--").arg(program).output().unwrap();
+        let probed =
+            probe().arg("run").args(opts).arg("-o").arg(&out).arg("--").arg(program).output().unwrap();
         let stderr = String::from_utf8_lossy(&probed.stderr);
         assert!(probed.status.success(), "{stderr}");
         let stdout = String::from_utf8_lossy(&probed.stdout);
@@ -681,6 +707,35 @@ mod tool {
         );
         assert_eq!(r.edge(r.id("lj1").unwrap(), r.id("three").unwrap()).0, 0);
         assert!(r.ticks_per_second > 1e8);
+    }
+
+    #[test]
+    fn counters_probe_reads_the_events_per_function() {
+        let program = exe("probe_program.c", "probe_program_counters", false, &["-pthread"]);
+        let r = run_both_with(
+            &program,
+            "probe_program_counters.json",
+            &["--probe", "counters", "--events", "task-clock,page-faults"],
+        );
+        assert_eq!(r.probe, "counters");
+        assert_eq!(r.events, ["task-clock", "page-faults"]);
+        let main = r.threads.iter().find(|t| t.tid == r.pid).unwrap();
+        let get = |n: &str| main.functions.iter().find(|f| f.id == r.id(n).unwrap()).unwrap().clone();
+        let touch = get("touch_pages");
+        assert!(touch.counters_incl[1] >= 400, "512 fresh pages touched: {:?}", touch.counters_incl);
+        let m = get("main");
+        assert!(m.counters_incl[1] >= touch.counters_incl[1], "main includes its callees' faults");
+        for f in [get("f"), get("fib"), m] {
+            assert!(f.counters_incl[0] > 0, "task-clock counted");
+            assert!(f.counters_excl[0] <= f.counters_incl[0] && f.counters_excl[1] <= f.counters_incl[1]);
+            // Thread CPU time cannot exceed the real time around it (2 ms slack for the reads).
+            assert!(f.counters_incl[0] as f64 <= r.ns(f.incl_ticks) + 2e6, "{f:?}");
+        }
+        for w in r.threads.iter().filter(|t| t.tid != r.pid) {
+            let g = w.functions.iter().find(|f| f.id == r.id("g").unwrap()).unwrap();
+            assert_eq!(g.calls, 1000);
+            assert!(g.counters_incl[0] > 0, "worker threads read their own counters");
+        }
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //!
 //! None of this code uses vector or x87 registers or calls libc: the
 //! trampolines save only general registers and flags (papirus' test suite
-//! disassembles these hooks to check it).
+//! disassembles these hooks to check it). The counters probe's reader is the
+//! one exception, and saves the whole extended state itself ([`crate::counters`]).
 //!
 //! # Safety
 //!
@@ -31,8 +32,22 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use crate::{state, sys};
 
-/// Whether activations are timed (wallclock probe) or only counted (empty probe).
+/// Whether activations are timed (wallclock and counters probes) or only counted (empty probe).
 pub(crate) static TIMED: AtomicBool = AtomicBool::new(true);
+/// Whether the counters probe reads counters too.
+pub(crate) static COUNTERS: AtomicBool = AtomicBool::new(false);
+
+/// Reads the counters into the thread's `cnow` when the counters probe is on
+/// and this thread has a reader; returns how many events were read.
+#[inline(always)]
+fn read_counters(t: &state::Thread) -> usize {
+    if COUNTERS.load(Ordering::Relaxed) && t.nevents > 0 {
+        crate::counters::read(t);
+        t.nevents as usize
+    } else {
+        0
+    }
+}
 
 #[inline(always)]
 fn now() -> u64 {
@@ -85,10 +100,11 @@ pub unsafe extern "C" fn papirus_probe_enter(fid: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
     let now = now();
+    let nev = read_counters(t);
     // SAFETY: `slot` is the live return slot (function contract).
     let ret = unsafe { slot.read() };
-    g.reap_below(slot as u64, ret != exit_stub(), now);
-    if g.push(fid, slot as u64, ret, now) {
+    g.reap_below(slot as u64, ret != exit_stub(), now, nev);
+    if g.push(fid, slot as u64, ret, now, nev) {
         // SAFETY: as above.
         unsafe { slot.write(exit_stub()) };
     }
@@ -103,12 +119,13 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
     // A hook interrupted by a signal never hijacks the handler's returns, so
     // a return through the stub always finds the tables free.
     let Some(g) = t.enter() else { sys::die(b"papirus-probe-runtime: exit stub reached inside a hook\n") };
+    let nev = read_counters(t);
     let now = now();
-    g.reap_below(rsp_after_ret - 8, false, now);
+    g.reap_below(rsp_after_ret - 8, false, now, nev);
     if g.depth() == 0 {
         sys::die(b"papirus-probe-runtime: exit stub reached with an empty shadow stack\n")
     }
-    g.pop(now, false)
+    g.pop(now, nev, false)
 }
 
 /// Unwinder entry hook (`_Unwind_RaiseException`, `_Unwind_Resume`, …): puts
@@ -121,7 +138,8 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
 pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
-    g.reap_below(slot as u64, false, now());
+    let nev = read_counters(t);
+    g.reap_below(slot as u64, false, now(), nev);
     let stub = exit_stub();
     // Innermost first: activations sharing a slot (tail calls) chain through
     // the stub, and the outermost of them holds the real caller.
@@ -147,7 +165,8 @@ pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
 pub unsafe extern "C" fn papirus_probe_catch(_arg: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
-    g.reap_below(slot as u64, false, now());
+    let nev = read_counters(t);
+    g.reap_below(slot as u64, false, now(), nev);
     let stub = exit_stub();
     for i in 0..g.depth() {
         let (s, ret) = g.frame(i);

@@ -27,6 +27,7 @@
 #![deny(unsafe_code)]
 
 pub mod cabi;
+pub mod counters;
 pub mod hooks;
 pub mod report;
 mod state;
@@ -50,6 +51,8 @@ pub enum Probe {
     Empty,
     /// Real time from the TSC.
     Wallclock,
+    /// Real time plus counter events ([`set_events`]), read per thread.
+    Counters,
 }
 
 impl Probe {
@@ -58,6 +61,7 @@ impl Probe {
         match self {
             Probe::Empty => "empty",
             Probe::Wallclock => "wallclock",
+            Probe::Counters => "counters",
         }
     }
 }
@@ -71,6 +75,9 @@ pub struct Session {
     pub probe: Probe,
     /// Instrumented function names; ids are indices.
     pub functions: Vec<String>,
+    /// Counter events of the counters probe (perf or PAPI names papirus-substrate parses).
+    #[serde(default)]
+    pub events: Vec<String>,
     /// Where the report goes at exit and at [`cabi::papirus_probe_flush`].
     pub output: PathBuf,
 }
@@ -104,6 +111,14 @@ pub enum Error {
         path: PathBuf,
         /// The OS error.
         source: std::io::Error,
+    },
+    /// A counter event that cannot be used.
+    #[error("counter event {name}: {reason}")]
+    Event {
+        /// The event.
+        name: String,
+        /// Why.
+        reason: String,
     },
     /// A malformed session file.
     #[error("session file {path}: {source}")]
@@ -142,7 +157,36 @@ pub fn init(capacity: u64, probe: Probe) {
 
 /// Switches the probe for calls from now on (benches compare probes in one process).
 pub fn set_probe(probe: Probe) {
-    hooks::TIMED.store(probe == Probe::Wallclock, Ordering::Relaxed);
+    hooks::TIMED.store(probe != Probe::Empty, Ordering::Relaxed);
+    hooks::COUNTERS.store(probe == Probe::Counters, Ordering::Relaxed);
+}
+
+/// Chooses the counters probe's events (at most 4; the first call that names
+/// events fixes them for the process). Threads that call an instrumented
+/// function for the first time afterwards read them.
+pub fn set_events<S: AsRef<str>>(names: &[S]) -> Result<(), Error> {
+    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_string()).collect();
+    if names.is_empty() || names.len() > state::MAX_EVENTS {
+        return Err(Error::Event {
+            name: names.join(","),
+            reason: format!("give 1 to {} events", state::MAX_EVENTS),
+        });
+    }
+    let mut attrs = Vec::new();
+    for n in &names {
+        let a = papirus_substrate::parse_event(n)
+            .map_err(|e| Error::Event { name: n.clone(), reason: e.to_string() })?;
+        attrs.push(a);
+    }
+    let (fixed, _) = counters::EVENTS.get_or_init(|| (names.clone(), attrs));
+    if *fixed != names {
+        return Err(Error::Event {
+            name: names.join(","),
+            reason: format!("this process already reads {}", fixed.join(",")),
+        });
+    }
+    counters::NEVENTS.store(names.len(), Ordering::Release);
+    Ok(())
 }
 
 /// Adds functions to the current session; returns their ids.
@@ -198,6 +242,8 @@ pub struct Hooks {
     pub catch: u64,
     /// The exit stub hijacked returns go to.
     pub exit_stub: u64,
+    /// The counters probe's reader, which saves the extended state itself.
+    pub counters_read: u64,
 }
 
 /// The hooks of this process.
@@ -207,6 +253,7 @@ pub fn hooks() -> Hooks {
         unwind_begin: hooks::papirus_probe_unwind_begin as *const () as usize as u64,
         catch: hooks::papirus_probe_catch as *const () as usize as u64,
         exit_stub: hooks::exit_stub(),
+        counters_read: counters::reader(),
     }
 }
 
@@ -228,13 +275,20 @@ pub fn snapshot() -> Report {
         _ => 0.0,
     };
     let epoch = state::EPOCH.load(Ordering::Acquire);
+    let events: Vec<String> = match (hooks::COUNTERS.load(Ordering::Relaxed), counters::EVENTS.get()) {
+        (true, Some((names, _))) => names.clone(),
+        _ => Vec::new(),
+    };
     let threads = state::threads()
         .filter(|t| t.epoch.get() == epoch)
         .map(|t| {
             let functions = (0..t.nfuncs.min(g.names.len() as u64))
                 .filter_map(|i| {
                     let s = t.stats(i);
+                    let nev = events.len();
                     (s.calls.get() > 0).then(|| FunctionReport {
+                        counters_incl: s.cincl.iter().take(nev).map(|w| w.get()).collect(),
+                        counters_excl: s.cexcl.iter().take(nev).map(|w| w.get()).collect(),
                         id: i as u32,
                         calls: s.calls.get(),
                         exits: s.exits.get(),
@@ -269,7 +323,16 @@ pub fn snapshot() -> Report {
         .collect();
     Report {
         format_version: FORMAT_VERSION,
-        probe: if timed { Probe::Wallclock } else { Probe::Empty }.name().to_string(),
+        probe: if !events.is_empty() {
+            Probe::Counters
+        } else if timed {
+            Probe::Wallclock
+        } else {
+            Probe::Empty
+        }
+        .name()
+        .to_string(),
+        events,
         pid: std::process::id(),
         ticks_per_second,
         functions: g.names.clone(),
@@ -303,6 +366,9 @@ pub fn setup_from(path: &Path) -> Result<Session, Error> {
     })?;
     let s: Session =
         serde_json::from_str(&text).map_err(|source| Error::Session { path: path.to_path_buf(), source })?;
+    if s.probe == Probe::Counters {
+        set_events(&s.events)?;
+    }
     init(SESSION_CAPACITY.max(s.functions.len() as u64), s.probe);
     new_session(&s.functions)?;
     set_output(&s.output);

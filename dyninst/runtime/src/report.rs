@@ -17,6 +17,9 @@ pub struct Report {
     /// TSC ticks per second, measured over the run against CLOCK_MONOTONIC
     /// (0 when the probe takes no timestamps).
     pub ticks_per_second: f64,
+    /// Counter events (counters probe), in the order of the counter columns.
+    #[serde(default)]
+    pub events: Vec<String>,
     /// Function names; a function's id is its index.
     pub functions: Vec<String>,
     /// One entry per thread that called an instrumented function, including exited threads.
@@ -61,6 +64,12 @@ pub struct FunctionReport {
     pub min_ticks: u64,
     /// Longest activation.
     pub max_ticks: u64,
+    /// Inclusive counts per event of [`Report::events`] (outermost activations).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters_incl: Vec<u64>,
+    /// Exclusive counts per event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters_excl: Vec<u64>,
 }
 
 /// One caller → callee pair in one thread.
@@ -97,6 +106,14 @@ impl Report {
             out.unwound += f.unwound;
             out.incl_ticks += f.incl_ticks;
             out.excl_ticks += f.excl_ticks;
+            for (v, src) in
+                [(&mut out.counters_incl, &f.counters_incl), (&mut out.counters_excl, &f.counters_excl)]
+            {
+                v.resize(v.len().max(src.len()), 0);
+                for (a, b) in v.iter_mut().zip(src) {
+                    *a += b;
+                }
+            }
             if f.exits + f.unwound > 0 {
                 out.min_ticks = if first { f.min_ticks } else { out.min_ticks.min(f.min_ticks) };
                 out.max_ticks = out.max_ticks.max(f.max_ticks);

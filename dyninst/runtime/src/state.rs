@@ -33,6 +33,8 @@ pub(crate) const DEPTH: u64 = 4096;
 const REAP_WINDOW: u64 = 256 << 20;
 /// Probes per caller → callee lookup before the pair is counted as dropped.
 const EDGE_PROBES: u64 = 8;
+/// Counter events the counters probe reads at most.
+pub const MAX_EVENTS: usize = 4;
 
 /// A table word.
 #[repr(transparent)]
@@ -72,6 +74,10 @@ pub(crate) struct Entry {
     fid: Word,
     /// Session the activation began in (ids of older sessions mean other functions).
     epoch: Word,
+    /// Counter values at entry.
+    cstart: [Word; MAX_EVENTS],
+    /// Counter deltas of completed callees.
+    cchild: [Word; MAX_EVENTS],
 }
 
 /// Per-function totals of one thread, in ticks.
@@ -86,6 +92,10 @@ pub(crate) struct Stats {
     pub max: Word,
     /// Activations currently open (recursion depth), so inclusive time counts the outermost only.
     pub active: Word,
+    /// Inclusive counter deltas.
+    pub cincl: [Word; MAX_EVENTS],
+    /// Exclusive counter deltas.
+    pub cexcl: [Word; MAX_EVENTS],
 }
 
 /// One caller → callee pair.
@@ -113,6 +123,14 @@ pub(crate) struct Thread {
     pub overflow: Word,
     /// Caller → callee pairs not recorded because the table was full.
     pub edge_overflow: Word,
+    /// Counter values of the current hook (written by the counters reader).
+    pub cnow: [Word; MAX_EVENTS],
+    /// Counter events this thread reads (0 without an XSAVE area).
+    pub nevents: u64,
+    /// The counters reader's XSAVE area, 64-byte aligned, or null.
+    pub xsave: *mut u8,
+    /// The counters reader's per-thread state (a pointer it owns), 0 until its first read.
+    pub counters: Word,
     next: *mut Thread,
     stats: *mut Stats,
     edges: *mut Edge,
@@ -158,10 +176,16 @@ extern "C" fn register() -> Option<&'static Thread> {
     let stack_len = DEPTH as usize * size_of::<Entry>();
     let base = sys::mmap_zeroed(head + stats_len + edges_len + stack_len)?;
     let t = base as *mut Thread;
+    let nevents = crate::counters::NEVENTS.load(Ordering::Acquire) as u64;
+    let xsave = if nevents > 0 { crate::counters::xsave_area() } else { None };
     // SAFETY: `base` is a fresh zeroed mapping large enough for the header and
     // the three tables laid out after it; zero is a valid value of every field.
     unsafe {
         (*t).nfuncs = nfuncs;
+        if let Some(area) = xsave {
+            (*t).xsave = area;
+            (*t).nevents = nevents.min(MAX_EVENTS as u64);
+        }
         (*t).epoch.set(EPOCH.load(Ordering::Acquire));
         (*t).edge_mask = edge_cap - 1;
         (*t).tid = u64::from(sys::gettid());
@@ -226,6 +250,10 @@ impl Thread {
             for w in [&s.calls, &s.exits, &s.unwound, &s.incl, &s.excl, &s.min, &s.max, &s.active] {
                 w.set(0);
             }
+            for i in 0..MAX_EVENTS {
+                s.cincl[i].set(0);
+                s.cexcl[i].set(0);
+            }
         }
         for i in 0..=self.edge_mask {
             let e = self.edge(i);
@@ -284,7 +312,7 @@ impl Guard {
 
     /// Records an activation; `false` (and nothing recorded) when it cannot be tracked.
     #[inline(always)]
-    pub(crate) fn push(&self, fid: u32, slot: u64, ret: u64, now: u64) -> bool {
+    pub(crate) fn push(&self, fid: u32, slot: u64, ret: u64, now: u64, nev: usize) -> bool {
         let t = self.0;
         let fid = u64::from(fid);
         let d = t.depth.get();
@@ -299,6 +327,10 @@ impl Guard {
         e.child.set(0);
         e.fid.set(fid);
         e.epoch.set(t.epoch.get());
+        for i in 0..nev.min(MAX_EVENTS) {
+            e.cstart[i].set(t.cnow[i].get());
+            e.cchild[i].set(0);
+        }
         t.depth.set(d + 1);
         let s = t.stats(fid);
         s.calls.add(1);
@@ -312,7 +344,7 @@ impl Guard {
     /// new call through a slot that holds a real return address (not the exit
     /// stub, as a tail call's would) means the old activation there is gone.
     #[inline(always)]
-    pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64) {
+    pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64, nev: usize) {
         loop {
             let d = self.0.depth.get();
             if d == 0 {
@@ -323,14 +355,14 @@ impl Guard {
             if !stale || slot - s >= REAP_WINDOW {
                 return;
             }
-            self.pop(now, true);
+            self.pop(now, nev, true);
         }
     }
 
     /// Closes the innermost activation at `now` and returns its real return
     /// address (the caller checked that there is one).
     #[inline(always)]
-    pub(crate) fn pop(&self, now: u64, unwound: bool) -> u64 {
+    pub(crate) fn pop(&self, now: u64, nev: usize, unwound: bool) -> u64 {
         let t = self.0;
         let d = t.depth.get() - 1;
         t.depth.set(d);
@@ -360,8 +392,19 @@ impl Guard {
         if dur > s.max.get() {
             s.max.set(dur);
         }
-        if d > 0 && t.entry(d - 1).epoch.get() == t.epoch.get() {
-            let parent = t.entry(d - 1);
+        let outer = active == 0;
+        let parent = (d > 0 && t.entry(d - 1).epoch.get() == t.epoch.get()).then(|| t.entry(d - 1));
+        for i in 0..nev.min(MAX_EVENTS) {
+            let delta = t.cnow[i].get().saturating_sub(e.cstart[i].get());
+            if outer {
+                s.cincl[i].add(delta);
+            }
+            s.cexcl[i].add(delta.saturating_sub(e.cchild[i].get()));
+            if let Some(p) = parent {
+                p.cchild[i].add(delta);
+            }
+        }
+        if let Some(parent) = parent {
             parent.child.add(dur);
             self.add_edge(parent.fid.get(), fid, dur);
         }

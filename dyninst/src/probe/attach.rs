@@ -21,6 +21,8 @@ pub struct AttachOptions {
     pub pid: i32,
     /// The probe.
     pub probe: Probe,
+    /// Counter events of the counters probe.
+    pub events: Vec<String>,
     /// Which functions.
     pub selection: Selection,
     /// Where the report goes.
@@ -34,6 +36,7 @@ pub struct AttachOptions {
 /// Instruments process `pid` until the duration ends or `stop` is set, then
 /// writes the report and detaches. Returns (functions patched, refused).
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Refused>), ProbeError> {
+    super::check_events(opts.probe, &opts.events)?;
     let pid = opts.pid;
     let mut p = Process::attach(pid)?;
     let already = TargetHooks::find(&p).ok();
@@ -44,7 +47,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
     let inv = Inventory::of_process(pid)?;
     let (names, specs) = select(&inv, &opts.selection, &hooks, None)?;
     let session = std::env::temp_dir().join(format!("papirus-probe-session-attach-{pid}.json"));
-    write_session(&session, opts.probe, names, &opts.output)?;
+    write_session(&session, opts.probe, &opts.events, names, &opts.output)?;
     let ok = call_with_path(&mut p, hooks.setup, &session);
     let _ = std::fs::remove_file(&session);
     if ok? as i32 != 0 {

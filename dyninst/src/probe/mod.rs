@@ -98,9 +98,12 @@ pub enum ProbeError {
         /// The session file.
         path: PathBuf,
     },
-    /// The probe asked for is not built yet.
-    #[error("probe `{0}` is not available: use wallclock or empty")]
+    /// An unknown probe name.
+    #[error("unknown probe `{0}`: use wallclock, counters or empty")]
     UnknownProbe(String),
+    /// Events given to a probe that reads none, or a bad event list.
+    #[error("{0}")]
+    Events(String),
 }
 
 /// Finds the runtime library.
@@ -130,7 +133,29 @@ pub fn parse_probe(name: &str) -> Result<Probe, ProbeError> {
     match name {
         "wallclock" => Ok(Probe::Wallclock),
         "empty" => Ok(Probe::Empty),
+        "counters" => Ok(Probe::Counters),
         other => Err(ProbeError::UnknownProbe(other.to_string())),
+    }
+}
+
+/// Checks a probe's event list here, before the target is touched: the
+/// counters probe needs 1 to 4 events papirus-substrate can parse, the others none.
+pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
+    match probe {
+        Probe::Counters if events.is_empty() || events.len() > 4 => Err(ProbeError::Events(
+            "the counters probe reads 1 to 4 events: --events task-clock,page-faults".into(),
+        )),
+        Probe::Counters => {
+            for e in events {
+                papirus_substrate::parse_event(e)
+                    .map_err(|err| ProbeError::Events(format!("event {e}: {err}")))?;
+            }
+            Ok(())
+        }
+        _ if !events.is_empty() => {
+            Err(ProbeError::Events(format!("--events needs --probe counters (probe is {})", probe.name())))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -224,10 +249,17 @@ fn select(
 }
 
 /// Writes the session file the runtime reads.
-fn write_session(path: &Path, probe: Probe, names: Vec<String>, output: &Path) -> Result<(), ProbeError> {
+fn write_session(
+    path: &Path,
+    probe: Probe,
+    events: &[String],
+    names: Vec<String>,
+    output: &Path,
+) -> Result<(), ProbeError> {
     let session = Session {
         format_version: papirus_probe_runtime::FORMAT_VERSION,
         probe,
+        events: events.to_vec(),
         functions: names,
         output: std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf()),
     };

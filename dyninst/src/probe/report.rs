@@ -41,16 +41,20 @@ fn table(out: &mut String, r: &Report, rows: &[FunctionReport], sort: SortKey) {
         })
     });
     let timed = r.ticks_per_second > 0.0;
-    let _ = writeln!(
+    let _ = write!(
         out,
         "  {:<32} {:>10} {:>8} {:>12} {:>12} {:>10} {:>10}",
         "function", "calls", "unwound", "incl ms", "excl ms", "min us", "max us"
     );
+    for e in &r.events {
+        let _ = write!(out, " {:>16} {:>16}", format!("{e} incl"), format!("{e} excl"));
+    }
+    let _ = writeln!(out);
     for f in rows {
         let name = r.functions.get(f.id as usize).map_or("?", String::as_str);
         let ms = |t| if timed { format!("{:.3}", r.ns(t) / 1e6) } else { "-".into() };
         let us = |t| if timed { format!("{:.3}", r.ns(t) / 1e3) } else { "-".into() };
-        let _ = writeln!(
+        let _ = write!(
             out,
             "  {:<32} {:>10} {:>8} {:>12} {:>12} {:>10} {:>10}",
             name,
@@ -61,6 +65,11 @@ fn table(out: &mut String, r: &Report, rows: &[FunctionReport], sort: SortKey) {
             us(f.min_ticks),
             us(f.max_ticks)
         );
+        for i in 0..r.events.len() {
+            let get = |v: &[u64]| v.get(i).copied().unwrap_or(0);
+            let _ = write!(out, " {:>16} {:>16}", get(&f.counters_incl), get(&f.counters_excl));
+        }
+        let _ = writeln!(out);
     }
 }
 

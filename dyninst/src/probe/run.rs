@@ -16,6 +16,8 @@ use papirus_probe_runtime::Probe;
 pub struct RunOptions {
     /// The probe.
     pub probe: Probe,
+    /// Counter events of the counters probe.
+    pub events: Vec<String>,
     /// Which functions.
     pub selection: Selection,
     /// Where the report goes.
@@ -45,6 +47,7 @@ pub struct RunSummary {
 
 /// Runs the program instrumented and waits for it to end.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
+    super::check_events(opts.probe, &opts.events)?;
     let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
     let mut p = Spawn::new(&opts.program).args(&opts.args).preload(&runtime).spawn()?;
     let pid = p.pid();
@@ -53,7 +56,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
         let hooks = TargetHooks::find(&p)?;
         let inv = Inventory::of_process(pid)?;
         let (names, specs) = select(&inv, &opts.selection, &hooks, p.entry_point().ok())?;
-        write_session(&session, opts.probe, names, &opts.output)?;
+        write_session(&session, opts.probe, &opts.events, names, &opts.output)?;
         if call_with_path(&mut p, hooks.setup, &session)? as i32 != 0 {
             return Err(ProbeError::Setup { pid, path: session.clone() });
         }

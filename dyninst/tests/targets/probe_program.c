@@ -5,6 +5,8 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 volatile long sink;
 
@@ -51,6 +53,16 @@ __attribute__((noinline)) struct big many(long i0, long i1, long i2, long i3, lo
     return r;
 }
 
+/* Touches `n` fresh pages (page faults for the counters probe). */
+__attribute__((noinline)) long touch_pages(int n) {
+    char *p = malloc((size_t)n * 4096);
+    long s = 0;
+    for (int i = 0; i < n; i++) p[(size_t)i * 4096] = (char)i;
+    for (int i = 0; i < n; i++) s += p[(size_t)i * 4096];
+    free(p);
+    return s;
+}
+
 static jmp_buf jb;
 __attribute__((noinline)) void lj3(int n) { if (n > 0) longjmp(jb, n); sink++; }
 __attribute__((noinline)) void lj2(int n) { lj3(n); sink++; }
@@ -75,5 +87,6 @@ int main(void) {
     if (v == 0) lj1(5);
     printf("longjmp: %d\n", v);
     printf("after: %d\n", three(7));
+    printf("pages: %ld\n", touch_pages(512));
     return 0;
 }

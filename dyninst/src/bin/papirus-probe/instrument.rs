@@ -12,10 +12,11 @@ use papirus_dyninst::probe::{self, AttachOptions, RunOptions, Selection, SortKey
 /// Options shared by `run` and `attach`.
 #[derive(Args, Debug)]
 pub struct ProbeArgs {
-    /// The probe: wallclock (TSC real time) or empty (counts only, no clock).
+    /// The probe: wallclock (TSC real time), counters (real time plus --events),
+    /// or empty (counts calls only, no clock).
     #[arg(long, default_value = "wallclock")]
     probe: String,
-    /// Counter events for the counters probe (not available yet).
+    /// Counter events for the counters probe (1 to 4, e.g. task-clock,page-faults).
     #[arg(long, value_name = "E,…", value_delimiter = ',')]
     events: Vec<String>,
     /// Only functions whose name (stored or demangled) matches one of these globs.
@@ -31,10 +32,8 @@ pub struct ProbeArgs {
 
 impl ProbeArgs {
     fn parts(&self) -> Result<(probe::Probe, Selection, PathBuf), Failure> {
-        if !self.events.is_empty() || self.probe == "counters" {
-            return Err("the counters probe is not available yet: use --probe wallclock or empty".into());
-        }
         let p = probe::parse_probe(&self.probe)?;
+        probe::check_events(p, &self.events)?;
         let sel = Selection { module: self.module.clone(), functions: self.functions.clone() };
         Ok((p, sel, probe::find_runtime()?))
     }
@@ -94,6 +93,7 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let opts = RunOptions {
         probe: p,
+        events: args.probe.events.clone(),
         selection,
         output: args.probe.output.clone(),
         program: PathBuf::from(&args.command[0]),
@@ -129,6 +129,7 @@ pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
     let opts = AttachOptions {
         pid: args.pid,
         probe: p,
+        events: args.probe.events.clone(),
         selection,
         output: args.probe.output.clone(),
         duration,
