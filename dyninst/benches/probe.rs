@@ -1,7 +1,9 @@
 //! Per-call cost of an instrumented call: the uninstrumented call, the
 //! trampoline with the empty probe (entry + exit hooks, no clock), with the
-//! wallclock probe (two TSC reads), and uprobe+uretprobe counting on the same
-//! body (a typical -O2 entry, and one behind a 5-byte nop), all in one run.
+//! wallclock probe (two TSC reads), with the counters probe reading
+//! task-clock (the substrate's user-space path, behind an XSAVE of the
+//! extended state), and uprobe+uretprobe counting on the same body (a typical
+//! -O2 entry, and one behind a 5-byte nop), all in one run.
 //!
 //! Times are this thread's CPU time (user + kernel, so uprobe traps count),
 //! not wall time: the machines these run on are shared, and a preempted
@@ -133,6 +135,14 @@ fn main() {
     bench(&mut c, "call/uninstrumented", drive, tiny_ref);
 
     rt::init(16, rt::Probe::Empty);
+    // Before this thread's first instrumented call, so its tables get a reader.
+    let counters = match rt::set_events(&["task-clock"]) {
+        Ok(()) => true,
+        Err(e) => {
+            eprintln!("counters probe not measured: {e}");
+            false
+        }
+    };
     let id = rt::register_functions(&["tiny"]).unwrap().start;
     let (size, _) = lib.symbol("tiny");
     let mut patcher = Patcher::new(LocalSpace::new().unwrap());
@@ -149,6 +159,10 @@ fn main() {
     bench(&mut c, "call/trampoline+empty", drive, tiny);
     rt::set_probe(rt::Probe::Wallclock);
     bench(&mut c, "call/trampoline+wallclock", drive, tiny);
+    if counters {
+        rt::set_probe(rt::Probe::Counters);
+        bench(&mut c, "call/trampoline+counters(task-clock)", drive, tiny);
+    }
 
     let mut up_fds = Vec::new();
     let mut uprobes = Vec::new();
@@ -171,6 +185,9 @@ fn main() {
     let empty = ns_per_call(drive, tiny, n);
     rt::set_probe(rt::Probe::Wallclock);
     let wall = ns_per_call(drive, tiny, n);
+    rt::set_probe(rt::Probe::Counters);
+    let cnt = counters.then(|| ns_per_call(drive, tiny, n / 10));
+    rt::set_probe(rt::Probe::Wallclock);
     println!("\nper call, thread CPU time (best of 7 × {n} calls):");
     println!("  uninstrumented             {base:8.2} ns");
     println!(
@@ -183,6 +200,13 @@ fn main() {
         wall - base,
         wall / base
     );
+    if let Some(cnt) = cnt {
+        println!(
+            "  trampoline, counters       {cnt:8.2} ns  (+{:.2} ns, {:.1}× the call; task-clock)",
+            cnt - base,
+            cnt / base
+        );
+    }
     for (name, f) in uprobes {
         let up = ns_per_call(drive, f, 20_000);
         println!(
