@@ -3,17 +3,24 @@
 //!
 //! Loaded by `LD_PRELOAD` for `papirus-probe run` and by an injected `dlopen`
 //! for `attach`; tests link it as an rlib and patch functions of their own
-//! process. The hot path ([`hooks`]) keeps, per thread and per function,
+//! process. The hot path ([`mod@hooks`]) keeps, per thread and per function,
 //! calls, inclusive and exclusive time, min and max, and a one-level caller →
 //! callee table, without locks, allocation, system calls, libc or vector
-//! registers. The cold path (set-up, reports) is ordinary Rust.
+//! registers (the trampolines save general registers and flags only; papirus'
+//! tests disassemble the hooks to prove they touch nothing else). The
+//! counters probe is the exception: it reads papirus-substrate counter groups
+//! per thread, behind an XSAVE/XRSTOR of the whole extended state
+//! ([`counters`]). The cold path (set-up, reports) is ordinary Rust.
 //!
 //! # Set-up
 //!
 //! A program gets its function names and options from a session file (JSON,
-//! [`Session`]) named by `PAPIRUS_PROBE_SESSION` or, for an injected runtime,
-//! `/tmp/papirus-probe-session-<pid>.json`, read by the library constructor.
-//! The report is written at exit (atexit) and by [`papirus_probe_flush`].
+//! [`Session`]): papirus-probe writes one and calls
+//! [`cabi::papirus_probe_setup`] inside the stopped target (each `attach`
+//! starts a new session); the library constructor also reads one named by
+//! `PAPIRUS_PROBE_SESSION` or found at `/tmp/papirus-probe-session-<pid>.json`.
+//! The report is written at exit (atexit) and by [`cabi::papirus_probe_flush`]
+//! (a forked child writes `<output>.<pid>`).
 //!
 //! # Caveats
 //!
@@ -21,6 +28,12 @@
 //!   return address); the callee's time is excluded from the caller's
 //!   exclusive time.
 //! - Reports of threads still running are read without stopping them.
+//! - The counters probe's events are fixed by the first set-up that names
+//!   them; threads that made their first instrumented call before that read
+//!   no counters.
+//! - An activation's return address lives on the shadow stack while it runs,
+//!   so `backtrace()` and other unwinders that are not hooked stop at the
+//!   exit stub.
 //! - Exceptions are handled for unwinders that go through the hooked libgcc
 //!   entry points and `__cxa_begin_catch`; Rust panics caught by
 //!   `catch_unwind` across instrumented frames are not.
