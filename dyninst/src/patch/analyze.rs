@@ -61,7 +61,7 @@ pub enum Refusal {
     #[error("a cold part of a function, entered by a jump rather than a call")]
     NotAnEntry,
     /// A stopped thread is in the middle of the bytes the jump would replace.
-    #[error("a thread is stopped inside its first instructions; try again")]
+    #[error("a thread stayed inside its first instructions while papirus waited to patch")]
     ThreadInside,
     /// Another symbol at the same address is already instrumented.
     #[error("already instrumented (an alias at the same address, or patched earlier)")]

@@ -24,7 +24,7 @@ pub use run::{RunOptions, RunSummary, run};
 
 use crate::inventory::{Inventory, glob_match};
 use crate::patch::{
-    AddressSpace, CATCH_BEGIN, FunctionSpec, Installed, PatchError, Patcher, Refused, UNWIND_BEGIN,
+    AddressSpace, CATCH_BEGIN, FunctionSpec, Installed, PatchError, Patcher, Refusal, Refused, UNWIND_BEGIN,
 };
 use crate::process::Process;
 
@@ -317,21 +317,45 @@ impl AddressSpace for RemoteSpace<'_> {
     }
 }
 
-/// Patches `specs` in the stopped process in one batch, refusing functions a
-/// thread is stopped inside. The patches stay when this returns.
+/// Rounds of letting the target run when a thread is stopped inside the
+/// bytes a jump would replace.
+const PC_ROUNDS: usize = 20;
+/// How long the target runs between rounds.
+const PC_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Patches `specs` in the stopped process in one batch. A function some thread
+/// is stopped inside (past its first byte, within the bytes the jump replaces)
+/// is retried after letting the process run for a moment, up to
+/// [`PC_ROUNDS`] times, then refused. The patches stay when this returns.
 fn patch_stopped(
     p: &mut Process,
     specs: &[FunctionSpec],
 ) -> Result<(Vec<Installed>, Vec<Refused>), ProbeError> {
-    let mut pcs = Vec::new();
-    for tid in p.threads() {
-        pcs.push(p.regs(tid)?.rip);
+    let (mut installed, mut refused) = (Vec::new(), Vec::new());
+    let mut todo = specs.to_vec();
+    for round in 0..=PC_ROUNDS {
+        if round > 0 {
+            p.run_for(PC_PAUSE)?;
+        }
+        let mut pcs = Vec::new();
+        for tid in p.threads() {
+            pcs.push(p.regs(tid)?.rip);
+        }
+        let mut patcher = Patcher::new(RemoteSpace::new(p));
+        patcher.set_thread_pcs(pcs);
+        let outcome = patcher.instrument(&todo)?;
+        patcher.keep();
+        installed.extend(outcome.installed);
+        let (busy, other): (Vec<Refused>, Vec<Refused>) =
+            outcome.refused.into_iter().partition(|r| r.reason == Refusal::ThreadInside);
+        refused.extend(other);
+        if busy.is_empty() || round == PC_ROUNDS {
+            refused.extend(busy);
+            break;
+        }
+        todo.retain(|f| busy.iter().any(|b| b.addr == f.addr && b.name == f.name));
     }
-    let mut patcher = Patcher::new(RemoteSpace::new(p));
-    patcher.set_thread_pcs(pcs);
-    let outcome = patcher.instrument(specs)?;
-    patcher.keep();
-    Ok((outcome.installed, outcome.refused))
+    Ok((installed, refused))
 }
 
 /// Restores patched functions in the stopped process.
