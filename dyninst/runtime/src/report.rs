@@ -131,3 +131,80 @@ impl Report {
             .fold((0, 0), |(c, i), e| (c + e.calls, i + e.incl_ticks))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(id: u32, calls: u64, incl: u64, min: u64, max: u64) -> FunctionReport {
+        FunctionReport {
+            id,
+            calls,
+            exits: calls,
+            incl_ticks: incl,
+            excl_ticks: incl / 2,
+            min_ticks: min,
+            max_ticks: max,
+            counters_incl: vec![calls * 10],
+            ..Default::default()
+        }
+    }
+
+    fn thread(tid: u32, functions: Vec<FunctionReport>) -> ThreadReport {
+        ThreadReport {
+            tid,
+            functions,
+            callees: vec![EdgeReport { caller: 0, callee: 1, calls: 3, incl_ticks: 30 }],
+            open: 0,
+            reentered: 0,
+            overflow: 0,
+            edge_overflow: 0,
+        }
+    }
+
+    fn report() -> Report {
+        Report {
+            format_version: FORMAT_VERSION,
+            probe: "counters".into(),
+            pid: 1,
+            ticks_per_second: 2e9,
+            events: vec!["page-faults".into()],
+            functions: vec!["main".into(), "f".into()],
+            threads: vec![
+                thread(1, vec![f(0, 1, 100, 100, 100), f(1, 3, 30, 5, 20)]),
+                thread(2, vec![f(1, 2, 40, 7, 33)]),
+            ],
+        }
+    }
+
+    #[test]
+    fn totals_over_threads() {
+        let r = report();
+        let t = r.total(r.id("f").unwrap());
+        assert_eq!((t.calls, t.exits, t.incl_ticks, t.excl_ticks), (5, 5, 70, 35));
+        assert_eq!((t.min_ticks, t.max_ticks), (5, 33));
+        assert_eq!(t.counters_incl, [50]);
+        assert_eq!(r.edge(0, 1), (6, 60));
+        assert_eq!(r.edge(1, 0), (0, 0));
+        assert_eq!(r.ns(2000), 1000.0);
+        assert_eq!(r.id("nope"), None);
+    }
+
+    #[test]
+    fn json_round_trip_and_old_readers_defaults() {
+        let r = report();
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<Report>(&text).unwrap(), r);
+        // A wallclock report has no events and no counter columns.
+        let mut w = report();
+        w.events.clear();
+        for t in &mut w.threads {
+            for f in &mut t.functions {
+                f.counters_incl.clear();
+            }
+        }
+        let text = serde_json::to_string(&w).unwrap();
+        assert!(!text.contains("counters_incl"));
+        assert_eq!(serde_json::from_str::<Report>(&text.replace(",\"events\":[]", "")).unwrap(), w);
+    }
+}

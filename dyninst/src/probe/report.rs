@@ -113,3 +113,48 @@ pub fn format_report(r: &Report, thread: Option<u32>, sort: SortKey) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use papirus_probe_runtime::{EdgeReport, FORMAT_VERSION, ThreadReport};
+
+    #[test]
+    fn table_sorts_filters_and_names_pairs() {
+        let f = |id, calls, excl| FunctionReport {
+            id,
+            calls,
+            exits: calls,
+            incl_ticks: 4000,
+            excl_ticks: excl,
+            ..Default::default()
+        };
+        let t = |tid| ThreadReport {
+            tid,
+            functions: vec![f(0, 1, 3000), f(1, 9, 1000)],
+            callees: vec![EdgeReport { caller: 0, callee: 1, calls: 9, incl_ticks: 1000 }],
+            open: 0,
+            reentered: 0,
+            overflow: 0,
+            edge_overflow: 0,
+        };
+        let r = Report {
+            format_version: FORMAT_VERSION,
+            probe: "wallclock".into(),
+            pid: 7,
+            ticks_per_second: 1e9,
+            events: vec![],
+            functions: vec!["main".into(), "leaf".into()],
+            threads: vec![t(7), t(8)],
+        };
+        let text = format_report(&r, None, SortKey::Excl);
+        assert!(text.find("  main ").unwrap() < text.find("  leaf ").unwrap());
+        assert!(text.contains("all threads"));
+        assert!(text.contains("main -> leaf: 18 calls, 0.002 ms"), "{text}");
+        let text = format_report(&r, Some(8), SortKey::Calls);
+        assert!(text.find("  leaf ").unwrap() < text.find("  main ").unwrap());
+        assert_eq!(text.matches("\nthread ").count(), 1);
+        assert!(!text.contains("all threads"));
+        assert!("bogus".parse::<SortKey>().is_err());
+    }
+}
