@@ -108,22 +108,21 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_interrupt(_: i32) {
-    STOP.store(true, Ordering::Relaxed);
-}
-
 /// `papirus-probe attach`.
 pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let duration = args.duration.map(Duration::from_secs_f64);
     if duration.is_none() {
-        let action = nix::sys::signal::SigAction::new(
-            nix::sys::signal::SigHandler::Handler(on_interrupt),
-            nix::sys::signal::SaFlags::empty(),
-            nix::sys::signal::SigSet::empty(),
-        );
-        // SAFETY: the handler only stores to an atomic.
-        unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGINT, &action) }?;
+        // Ctrl-C is taken by a thread waiting for it, so it ends the
+        // measurement (and the detach still happens) instead of the tool.
+        let mut sigint = nix::sys::signal::SigSet::empty();
+        sigint.add(nix::sys::signal::Signal::SIGINT);
+        sigint.thread_block()?;
+        std::thread::spawn(move || {
+            if sigint.wait().is_ok() {
+                STOP.store(true, Ordering::Relaxed);
+            }
+        });
         eprintln!("papirus-probe: measuring pid {} until Ctrl-C", args.pid);
     }
     let opts = AttachOptions {
