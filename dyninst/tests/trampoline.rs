@@ -108,6 +108,9 @@ struct Big {
 }
 
 struct Expected {
+    /// Kernel uprobe counts of g (during f()), fib (during fib(20)) and three
+    /// (three calls), taken before patching; `None` with the kernel's reason printed.
+    uprobe: Option<[u64; 3]>,
     f: i64,
     fib: i32,
     three: [i32; 3],
@@ -144,8 +147,53 @@ fn call_vfma(h: usize) -> [f32; 8] {
     out
 }
 
-fn run_expected(target: usize, avx: Option<usize>) -> Expected {
+/// A counting uprobe on `symbol` of the library at `path`, for this process.
+fn uprobe(path: &Path, symbol: &str) -> std::io::Result<std::os::fd::OwnedFd> {
+    use object::ObjectSegment;
+    use perf_event_open_sys::bindings::perf_event_attr;
+    use std::os::fd::FromRawFd;
+    let data = std::fs::read(path)?;
+    let obj = object::File::parse(&*data).unwrap();
+    let s = obj.dynamic_symbols().find(|s| s.name() == Ok(symbol)).unwrap();
+    let seg = obj.segments().find(|g| (g.address()..g.address() + g.size()).contains(&s.address())).unwrap();
+    let offset = s.address() - seg.address() + seg.file_range().0;
+    let ty: u32 =
+        std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?.trim().parse().unwrap();
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut attr =
+        perf_event_attr { size: size_of::<perf_event_attr>() as u32, type_: ty, ..Default::default() };
+    attr.uprobe_path = c.as_ptr() as u64;
+    attr.probe_offset = offset;
+    // SAFETY: a valid attr whose path outlives the call; a counting event on this process.
+    let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, 0, -1, -1, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: perf_event_open returned a new fd that nothing else owns.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+fn read_count(fd: &std::os::fd::OwnedFd) -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    File::from(fd.try_clone().unwrap()).read_exact(&mut b).expect("read a perf counter");
+    u64::from_ne_bytes(b)
+}
+
+/// Uprobe counts of g during f(), fib during fib(20), three over three calls.
+fn uprobe_counts(path: &Path, target: usize) -> std::io::Result<[u64; 3]> {
+    let (g, fib, three) = (uprobe(path, "g")?, uprobe(path, "fib")?, uprobe(path, "three")?);
+    func!(target, "f", extern "C" fn() -> i64)();
+    func!(target, "fib", extern "C" fn(i32) -> i32)(20);
+    for x in [-3, 0, 5] {
+        func!(target, "three", extern "C" fn(i32) -> i32)(x);
+    }
+    Ok([read_count(&g), read_count(&fib), read_count(&three)])
+}
+
+fn run_expected(target: usize, avx: Option<usize>, path: &Path) -> Expected {
     Expected {
+        uprobe: uprobe_counts(path, target).inspect_err(|e| eprintln!("uprobe counts not taken: {e}")).ok(),
         f: func!(target, "f", extern "C" fn() -> i64)(),
         fib: func!(target, "fib", extern "C" fn(i32) -> i32)(20),
         three: [-3, 0, 5].map(|x| func!(target, "three", extern "C" fn(i32) -> i32)(x)),
@@ -169,7 +217,7 @@ fn fixture() -> &'static Fixture {
         let target = dlopen(&target_path);
         let exc = dlopen(&exc_path);
         let avx = avx_path.as_deref().map(dlopen);
-        let expected = run_expected(target, avx);
+        let expected = run_expected(target, avx, &target_path);
 
         let hooks = rt::hooks();
         let mut funcs: Vec<(String, u64, u64)> = functions(&target_path, target);
@@ -338,6 +386,13 @@ fn calls_are_exact_and_values_intact() {
     // fib(20) enters fib 2·fib(21) − 1 times.
     assert_eq!(d["fib"], [21891, 21891, 0]);
     assert_eq!(d["three"], [3, 3, 0]);
+    if let Some(up) = e.uprobe {
+        assert_eq!(
+            up,
+            [d["g"][0], d["fib"][0], d["three"][0]],
+            "the kernel's uprobes counted the same calls"
+        );
+    }
     assert_eq!(d["tail_caller"], [1, 1, 0]);
     assert_eq!(d["tail_callee"], [1, 1, 0]);
     assert_eq!(d["leaf5"], [1, 1, 0]);
