@@ -71,7 +71,17 @@ pub(crate) fn read(t: &Thread) {
 
 struct Reader {
     group: Option<MappedGroup>,
+    /// Why the group could not be opened (the kernel's reason).
+    error: Option<String>,
     scratch: Vec<papirus_substrate::Count>,
+}
+
+/// Why a thread reads no counters, when its group could not be opened.
+pub(crate) fn error_of(t: &Thread) -> Option<String> {
+    let p = t.counters.get() as *const Reader;
+    // SAFETY: a non-null pointer is the thread's leaked reader, never freed;
+    // `error` is written before the pointer is published.
+    unsafe { p.as_ref() }.and_then(|r| r.error.clone())
 }
 
 extern "C" fn read_inner(t: *const Thread) {
@@ -79,12 +89,20 @@ extern "C" fn read_inner(t: *const Thread) {
     let t = unsafe { &*t };
     let mut p = t.counters.get() as *mut Reader;
     if p.is_null() {
-        let group = EVENTS.get().and_then(|(_, attrs)| {
-            let g = MappedGroup::open(attrs, Target::ThisThread).ok()?;
-            g.enable().ok()?;
-            Some(g)
-        });
-        p = Box::into_raw(Box::new(Reader { group, scratch: Vec::with_capacity(MAX_EVENTS) }));
+        let opened = match EVENTS.get() {
+            Some((_, attrs)) => {
+                MappedGroup::open(attrs, Target::ThisThread).and_then(|g| g.enable().map(|()| g))
+            }
+            None => Err(papirus_substrate::Error::Malformed {
+                event: String::new(),
+                reason: "no events were set up".into(),
+            }),
+        };
+        let (group, error) = match opened {
+            Ok(g) => (Some(g), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        p = Box::into_raw(Box::new(Reader { group, error, scratch: Vec::with_capacity(MAX_EVENTS) }));
         t.counters.set(p as u64);
     }
     // SAFETY: the reader state belongs to this thread alone.

@@ -331,6 +331,7 @@ pub fn snapshot() -> Report {
                 reentered: t.reentered.get(),
                 overflow: t.overflow.get(),
                 edge_overflow: t.edge_overflow.get(),
+                counters_error: counters::error_of(t),
             }
         })
         .collect();

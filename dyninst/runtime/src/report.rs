@@ -43,6 +43,9 @@ pub struct ThreadReport {
     pub overflow: u64,
     /// Caller → callee pairs dropped because the thread's pair table was full.
     pub edge_overflow: u64,
+    /// Why this thread's counters read nothing (counters probe; the kernel's reason).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters_error: Option<String>,
 }
 
 /// One function's totals in one thread. Times are in TSC ticks.
@@ -159,6 +162,7 @@ mod tests {
             reentered: 0,
             overflow: 0,
             edge_overflow: 0,
+            counters_error: None,
         }
     }
 

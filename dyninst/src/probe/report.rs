@@ -90,6 +90,9 @@ pub fn format_report(r: &Report, thread: Option<u32>, sort: SortKey) -> String {
                 t.reentered, t.overflow, t.edge_overflow
             );
         }
+        if let Some(e) = &t.counters_error {
+            let _ = writeln!(out, "  (no counters on this thread: {e})");
+        }
         for e in &t.callees {
             let v = edges.entry((e.caller, e.callee)).or_default();
             v.0 += e.calls;
@@ -137,6 +140,7 @@ mod tests {
             reentered: 0,
             overflow: 0,
             edge_overflow: 0,
+            counters_error: None,
         };
         let r = Report {
             format_version: FORMAT_VERSION,
