@@ -277,15 +277,20 @@ const RATE_WINDOW: Duration = Duration::from_millis(20);
 pub fn snapshot() -> Report {
     let g = global();
     let timed = hooks::TIMED.load(Ordering::Relaxed);
-    let ticks_per_second = match (timed, g.started) {
-        (true, Some((t0, c0))) => {
+    // The substrate's TSC rate (kernel conversion, CPUID, hypervisor or its
+    // own calibration); when it does not use the TSC, the rate measured over
+    // this run against CLOCK_MONOTONIC.
+    let ticks_per_second = match (timed, papirus_substrate::clock::clock().tsc_hz(), g.started) {
+        (false, ..) => 0.0,
+        (true, Some(hz), _) => hz,
+        (true, None, Some((t0, c0))) => {
             while t0.elapsed() < RATE_WINDOW {
                 std::hint::spin_loop();
             }
             let (c1, dt) = (sys::rdtsc(), t0.elapsed());
             c1.saturating_sub(c0) as f64 / dt.as_secs_f64()
         }
-        _ => 0.0,
+        (true, None, None) => 0.0,
     };
     let epoch = state::EPOCH.load(Ordering::Acquire);
     let events: Vec<String> = match (hooks::COUNTERS.load(Ordering::Relaxed), counters::EVENTS.get()) {

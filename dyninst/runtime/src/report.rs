@@ -14,8 +14,9 @@ pub struct Report {
     pub probe: String,
     /// Process id of the instrumented program.
     pub pid: u32,
-    /// TSC ticks per second, measured over the run against CLOCK_MONOTONIC
-    /// (0 when the probe takes no timestamps).
+    /// TSC ticks per second: papirus-substrate's clock rate, or the rate
+    /// measured over the run against CLOCK_MONOTONIC when the substrate does
+    /// not use the TSC (0 when the probe takes no timestamps).
     pub ticks_per_second: f64,
     /// Counter events (counters probe), in the order of the counter columns.
     #[serde(default)]
