@@ -42,11 +42,28 @@
 //! disabled event does not change, so the values `stop` read are the zero),
 //! except with process granularity, where exiting children add their
 //! counts even to a disabled event.
+//!
+//! # Reads
+//!
+//! Each group is read through the substrate's
+//! [`GroupPages`](papirus_substrate::fastread::GroupPages): from user space
+//! (no system call) when every member has an exact user-space path
+//! (task-clock and cpu-clock by the virtual-time method, rdpmc where the
+//! page offers it) and the set counts the thread that reads it, is running,
+//! not multiplexed, not inherited (process granularity) and not
+//! overflowing; by one `read(2)` otherwise. [`EventSet::read_path`] says
+//! which path the last read took, [`EventSet::user_paths`] why. Counts are
+//! never allowed to go down: a user-space value extrapolated a little ahead
+//! of the kernel's (host steal time, within the substrate's stated bound)
+//! is held until the kernel's count passes it, so a delta is never negative.
 
 use std::fmt;
 use std::sync::Arc;
 
+use std::sync::Mutex;
+
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
+use papirus_substrate::fastread::{GroupPages, ReadPath, UserPath};
 use papirus_substrate::group::{GroupCounts, Member};
 use papirus_substrate::ring::RingBuffer;
 use papirus_substrate::signal::{NotifierStats, Route, default_signal};
@@ -254,9 +271,17 @@ struct Opened {
     /// first so routes drop before the descriptors close.
     routes: Vec<Option<Route>>,
     groups: Vec<Group>,
+    /// Per group, its user-space read state. In a `Mutex` only so that the
+    /// set stays `Sync`; reads take `&mut self` and use `get_mut` (no lock).
+    pages: Vec<Mutex<GroupPages>>,
+    /// Per event, the user-space path of each term (copied out of `pages`).
+    paths: Vec<Vec<UserPath>>,
     slots: Vec<Vec<Slot>>,
     base: Vec<Snapshot>,
-    scratch: Vec<GroupCounts>,
+    /// Per group, the counts of the last read, indexed by member.
+    counts: Vec<Vec<papirus_substrate::Count>>,
+    /// Per group, the highest count returned per member (reads never go down).
+    high: Vec<Vec<u64>>,
     target: Target,
     /// What `start` must do to zero the counters.
     zero: Zero,
@@ -286,6 +311,10 @@ pub struct EventSet {
     running: Option<Target>,
     /// Reused by accum so it does not allocate.
     tmp: Vec<i64>,
+    /// How the last read obtained its values.
+    last_path: Option<ReadPath>,
+    /// Whether reads may take the user-space path.
+    user_space: bool,
     /// The real-time signal overflows are routed to.
     signal: i32,
 }
@@ -320,6 +349,8 @@ impl EventSet {
             opened: None,
             running: None,
             tmp: vec![],
+            last_path: None,
+            user_space: true,
             signal: default_signal(),
         }
     }
@@ -756,6 +787,7 @@ impl EventSet {
         order.splice(0..0, breakpoints);
         let (mut groups, mut slots): (Vec<Group>, Vec<Vec<Option<Slot>>>) =
             (vec![], self.entries.iter().map(|e| vec![None; e.attrs.len()]).collect());
+        let mut group_attrs: Vec<Vec<EventAttr>> = vec![];
         for (n, (i, k)) in order.into_iter().enumerate() {
             let mut a = self.entries[i].attrs[k].clone();
             if let Some(d) = self.options.domain {
@@ -772,6 +804,7 @@ impl EventSet {
                         Some(s) => Group::open_sampling_with(sys.clone(), &a, s, target)?,
                         None => Group::open_with(sys.clone(), &a, target)?,
                     });
+                    group_attrs.push(vec![a]);
                     let g = groups.len() - 1;
                     Slot { group: g, member: groups[g].leader() }
                 } else {
@@ -780,18 +813,35 @@ impl EventSet {
                         Some(s) => groups[g].add_sampling(&a, s)?,
                         None => groups[g].add(&a)?,
                     };
+                    group_attrs[g].push(a);
                     Slot { group: g, member }
                 };
             slots[i][k] = Some(slot);
         }
         let slots: Vec<Vec<Slot>> = slots.into_iter().map(|v| v.into_iter().flatten().collect()).collect();
         let n = groups.len();
+        let no_pages = self.no_user_space();
+        let pages: Vec<GroupPages> = groups
+            .iter()
+            .zip(&group_attrs)
+            .map(|(g, attrs)| match &no_pages {
+                Some(reason) => GroupPages::unmapped(g, reason),
+                None => GroupPages::map(&*sys, g, attrs),
+            })
+            .collect();
+        let paths = slots
+            .iter()
+            .map(|terms| terms.iter().map(|s| pages[s.group].paths()[s.member.index()].clone()).collect())
+            .collect();
         let mut opened = Opened {
             routes: self.entries.iter().map(|_| None).collect(),
+            counts: groups.iter().map(|g| vec![papirus_substrate::Count::default(); g.len()]).collect(),
+            high: groups.iter().map(|g| vec![0; g.len()]).collect(),
+            pages: pages.into_iter().map(Mutex::new).collect(),
+            paths,
             groups,
             slots,
             base: vec![Snapshot::default(); n],
-            scratch: vec![GroupCounts::default(); n],
             target,
             zero: if self.options.granularity == Granularity::Process { Zero::Read } else { Zero::Fresh },
         };
@@ -813,6 +863,21 @@ impl EventSet {
         }
         self.opened = Some(opened);
         Ok(())
+    }
+
+    /// Why the set's groups are read by `read(2)` whatever their events,
+    /// or `None` when each group's pages decide.
+    fn no_user_space(&self) -> Option<String> {
+        if self.options.multiplex {
+            return Some("multiplexed: scaling needs the kernel's enabled and running times".into());
+        }
+        if self.options.granularity == Granularity::Process {
+            return Some("process granularity: inherited events also count children".into());
+        }
+        if self.entries.iter().any(|e| e.overflow.is_some()) {
+            return Some("an event overflows: its descriptor's mapping is the sampling ring".into());
+        }
+        None
     }
 
     fn opened(&mut self, op: SetOp) -> Result<&mut Opened> {
@@ -847,7 +912,7 @@ impl EventSet {
                 rebase(opened);
                 Ok(())
             }
-            Zero::Read => snapshot(opened),
+            Zero::Read => snapshot(opened, false, true).map(drop),
         };
         let r = zeroed.and_then(|()| opened.groups.iter().try_for_each(|g| g.enable().map_err(Error::from)));
         if let Err(e) = r {
@@ -954,8 +1019,40 @@ impl EventSet {
 
     /// Zeroes the counters (running or stopped).
     pub fn reset(&mut self) -> Result<()> {
+        let (running, user_space) = (self.running.is_some(), self.user_space);
         let opened = self.opened(SetOp::Reset)?;
-        snapshot(opened)
+        self.last_path = Some(snapshot(opened, running, user_space)?);
+        Ok(())
+    }
+
+    /// Whether reads may take the user-space path (the default) or always
+    /// use `read(2)`; may change at any time, running or not. With it off,
+    /// values are the kernel's own, not held at the highest value returned
+    /// before (see the [module documentation](self)): a reference to
+    /// compare user-space reads with, or a way to rule them out.
+    pub fn set_user_space_reads(&mut self, on: bool) {
+        self.user_space = on;
+    }
+
+    /// Whether reads may take the user-space path.
+    pub fn user_space_reads(&self) -> bool {
+        self.user_space
+    }
+
+    /// How the last read, `read_ts`, `accum`, `stop` or `reset` obtained
+    /// its values (`None` before the first): [`ReadPath::UserSpace`] when
+    /// every group was read without a system call, [`ReadPath::Resync`]
+    /// when a group's user-space base was resynchronised by one `read(2)`,
+    /// [`ReadPath::Syscall`] when some group was read by `read(2)` only.
+    pub fn read_path(&self) -> Option<ReadPath> {
+        self.last_path
+    }
+
+    /// Per event, the user-space path of each native term (see
+    /// [`UserPath`]; its `None` variant says why a term is read by `read(2)`).
+    /// Empty when the set is closed.
+    pub fn user_paths(&self) -> Vec<Vec<UserPath>> {
+        self.opened.as_ref().map_or_else(Vec::new, |o| o.paths.clone())
     }
 
     /// perf cannot load a value into a counter: always ENOSUPP.
@@ -973,23 +1070,22 @@ impl EventSet {
             return Ok(());
         }
         let opened = self.opened.as_mut().ok_or_else(|| closed(SetOp::Read))?;
-        for (g, group) in opened.groups.iter().enumerate() {
-            group.read_into(&mut opened.scratch[g]).map_err(|e| conflict_on_error_state(e, group))?;
-        }
+        self.last_path = Some(read_groups(opened, self.running.is_some(), self.user_space)?);
         let mut terms: Vec<i64> = Vec::with_capacity(4);
         for (i, entry) in self.entries.iter().enumerate() {
             terms.clear();
             let slots = &opened.slots[i];
             let g = slots.first().map_or(0, |s| s.group);
-            let (counts, base) = (&opened.scratch[g], &opened.base[g]);
+            let (counts, base) = (&opened.counts[g], &opened.base[g]);
             for s in slots {
-                let now = counts.get(&s.member).map_or(0, |c| c.raw);
+                let now = counts.get(s.member.index()).map_or(0, |c| c.raw);
                 let then = base.raw.get(s.member.index()).copied().unwrap_or(0);
                 terms.push(now.wrapping_sub(then) as i64);
             }
             let raw = entry.info.derivation.eval(&terms);
-            let enabled = counts.time_enabled().saturating_sub(base.enabled);
-            let running = counts.time_running().saturating_sub(base.running);
+            let lead = counts.first().copied().unwrap_or_default();
+            let enabled = lead.time_enabled.saturating_sub(base.enabled);
+            let running = lead.time_running.saturating_sub(base.running);
             let value = scale(raw, enabled, running);
             values[i] = value;
             if let Some(d) = detail.as_deref_mut() {
@@ -1274,21 +1370,50 @@ fn scale(raw: i64, enabled: u64, running: u64) -> i64 {
     v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-/// Makes the counts last read into `scratch` the new zero.
+/// Makes the counts last read into `counts` the new zero.
 fn rebase(o: &mut Opened) {
-    for (g, (group, counts)) in o.groups.iter().zip(&o.scratch).enumerate() {
-        let raw = group.members().map(|m| counts.get(&m).map_or(0, |c| c.raw)).collect();
-        o.base[g] = Snapshot { raw, enabled: counts.time_enabled(), running: counts.time_running() };
+    for (base, counts) in o.base.iter_mut().zip(&o.counts) {
+        base.raw.clear();
+        base.raw.extend(counts.iter().map(|c| c.raw));
+        // Every member of a group shares the leader's times.
+        let lead = counts.first().copied().unwrap_or_default();
+        (base.enabled, base.running) = (lead.time_enabled, lead.time_running);
     }
 }
 
-/// Reads every group and makes the counts the new zero.
-fn snapshot(o: &mut Opened) -> Result<()> {
+/// Reads every group into `counts`, each by user space where it can
+/// (`running`: the groups are enabled), and returns the path of the read:
+/// user space only when every group took it. `user_space` false: every
+/// group by `read(2)`, values as the kernel gives them (not held).
+fn read_groups(o: &mut Opened, running: bool, user_space: bool) -> Result<ReadPath> {
+    let mut path = ReadPath::UserSpace;
     for (g, group) in o.groups.iter().enumerate() {
-        group.read_into(&mut o.scratch[g]).map_err(|e| conflict_on_error_state(e, group))?;
+        let pages = o.pages[g].get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let counts = &mut o.counts[g];
+        let p = pages
+            .read_into(group, running && user_space, counts)
+            .map_err(|e| conflict_on_error_state(e, group))?;
+        if user_space {
+            // A value extrapolated ahead of the kernel's is held, never taken back.
+            for (c, h) in counts.iter_mut().zip(&mut o.high[g]) {
+                c.raw = c.raw.max(*h);
+                *h = c.raw;
+            }
+        }
+        path = match (path, p) {
+            (ReadPath::Syscall, _) | (_, ReadPath::Syscall) => ReadPath::Syscall,
+            (ReadPath::Resync, _) | (_, ReadPath::Resync) => ReadPath::Resync,
+            _ => ReadPath::UserSpace,
+        };
     }
+    Ok(path)
+}
+
+/// Reads every group and makes the counts the new zero.
+fn snapshot(o: &mut Opened, running: bool, user_space: bool) -> Result<ReadPath> {
+    let path = read_groups(o, running, user_space)?;
     rebase(o);
-    Ok(())
+    Ok(path)
 }
 
 fn conflict_on_error_state(e: papirus_substrate::Error, group: &Group) -> Error {
@@ -1307,8 +1432,9 @@ fn conflict_on_error_state(e: papirus_substrate::Error, group: &Group) -> Error 
 /// PAPI's add-time check: enable the groups briefly and see that the kernel
 /// scheduled them, so a set that can never count fails to add.
 fn check_schedulable(o: &mut Opened, entries: &[Entry]) -> Result<()> {
-    for (n, g) in o.groups.iter().enumerate() {
-        check_group(g, &mut o.scratch[n], entries)?;
+    let mut c = GroupCounts::default();
+    for g in &o.groups {
+        check_group(g, &mut c, entries)?;
     }
     Ok(())
 }

@@ -240,21 +240,206 @@ impl MappedCounter {
     }
 }
 
-/// A [`Group`] with every member's page mapped, read from user space when
-/// every member has an exact path. Not `Send`, like [`MappedCounter`].
+thread_local! {
+    /// This thread's id, cached: a read checks it on every call.
+    static TID: Cell<i32> = const { Cell::new(0) };
+}
+
+fn current_tid() -> i32 {
+    TID.with(|t| {
+        if t.get() == 0 {
+            t.set(crate::signal::gettid());
+        }
+        t.get()
+    })
+}
+
+/// Whether a member can never have a user-space path, whatever its page
+/// says: software events other than the clocks, tracepoints and
+/// breakpoints are never on a counter (their `index` is always 0), so
+/// their pages are not worth mapping.
+fn never_user_space(attr: &EventAttr) -> Option<String> {
+    let t = attr.type_();
+    let kind = if t == b::PERF_TYPE_SOFTWARE && !is_time_event(attr) {
+        "a software event"
+    } else if t == b::PERF_TYPE_TRACEPOINT {
+        "a tracepoint"
+    } else if t == b::PERF_TYPE_BREAKPOINT {
+        "a breakpoint"
+    } else {
+        return None;
+    };
+    Some(format!("`{}` is {kind}, never on a counter: read(2) only", attr.name()))
+}
+
+/// The user-space read state of one [`Group`], kept beside it rather than
+/// owning it (as [`MappedGroup`] does): each member's mapped page, its
+/// [`UserPath`], and the Hybrid base of the time events.
+///
+/// `Send`, so an owner that moves between threads can hold it: reads take
+/// the user-space path only on the thread that built it (checked on every
+/// read, a thread-local load), and only while the caller says the group is
+/// enabled; otherwise they are one `read(2)`. Not `Sync` (its bases change
+/// on `&self` reads).
 #[derive(Debug)]
-pub struct MappedGroup {
-    group: Group,
-    members: Vec<Member>,
+pub struct GroupPages {
+    leader: u64,
+    tid: i32,
     pages: Vec<Option<Mapping>>,
     paths: Vec<UserPath>,
     /// One timing base for all Hybrid members, keyed on the leader's page:
     /// the members run exactly when the group does.
     hybrid: Option<Hybrid>,
     bases: RefCell<Vec<Count>>,
-    /// As [`MappedCounter`]'s: the group was stopped behind this handle's back.
+    /// As [`MappedCounter`]'s: the group was stopped behind the owner's back.
     frozen: Cell<bool>,
     scratch: RefCell<GroupCounts>,
+}
+
+impl GroupPages {
+    /// Maps the page of every member of `group` through `sys`, on the
+    /// thread that opened it. `attrs` describe the members in group order
+    /// (leader first), as opened; a member without an attr, or a group on
+    /// another target, has no user-space path. Pages of members that can
+    /// never be read from user space are not mapped, nor any page when
+    /// some member is one of those (the group reads by `read(2)` anyway).
+    pub fn map(sys: &dyn Sys, group: &Group, attrs: &[EventAttr]) -> GroupPages {
+        let target = group.target();
+        let hopeless = attrs.iter().find_map(never_user_space);
+        let mapped: Vec<std::result::Result<Mapping, Errno>> = group
+            .members()
+            .map(|m| match (&hopeless, group.fd(&m)) {
+                (None, Some(fd)) if target == Target::ThisThread => map(sys, fd),
+                _ => Err(Errno(libc::EBADF)),
+            })
+            .collect();
+        let tsc_ok = Hybrid::new().is_some();
+        let path = |a: &EventAttr, p| {
+            if let Some(reason) = never_user_space(a) {
+                return UserPath::None { reason };
+            }
+            if let Some(why) = &hopeless {
+                return UserPath::None { reason: format!("read(2) with its group: {why}") };
+            }
+            classify(a, target, p, tsc_ok)
+        };
+        let paths: Vec<UserPath> = mapped
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match attrs.get(i) {
+                Some(a) => path(a, p),
+                None => UserPath::None { reason: "no description of this member".into() },
+            })
+            .collect();
+        GroupPages::assemble(group, mapped.into_iter().map(|p| p.ok()).collect(), paths)
+    }
+
+    /// No pages: every read is one `read(2)`, for `reason` (e.g. the
+    /// leader's fd already carries a sampling ring).
+    pub fn unmapped(group: &Group, reason: &str) -> GroupPages {
+        let paths = group.members().map(|_| UserPath::None { reason: reason.to_string() }).collect();
+        GroupPages::assemble(group, group.members().map(|_| None).collect(), paths)
+    }
+
+    fn assemble(group: &Group, pages: Vec<Option<Mapping>>, paths: Vec<UserPath>) -> GroupPages {
+        let hybrid = paths.contains(&UserPath::Hybrid).then(Hybrid::new).flatten();
+        GroupPages {
+            leader: group.leader().id(),
+            tid: current_tid(),
+            bases: RefCell::new(vec![Count::default(); pages.len()]),
+            pages,
+            paths,
+            hybrid,
+            frozen: Cell::new(false),
+            scratch: RefCell::new(GroupCounts::default()),
+        }
+    }
+
+    /// Each member's path, in group order.
+    pub fn paths(&self) -> &[UserPath] {
+        &self.paths
+    }
+
+    /// Whether enabled reads take the user-space path (every member has one).
+    pub fn user_space(&self) -> bool {
+        !self.paths.iter().any(|p| matches!(p, UserPath::None { .. }))
+    }
+
+    fn syscall(&self, group: &Group, out: &mut [Count]) -> Result<()> {
+        let mut counts = self.scratch.borrow_mut();
+        group.read_into(&mut counts)?;
+        for (slot, m) in out.iter_mut().zip(group.members()) {
+            *slot = counts.get(&m).copied().unwrap_or_default();
+        }
+        Ok(())
+    }
+
+    /// One `read(2)` of `group` into `out` (indexed by `Member::index`),
+    /// bypassing the user-space path.
+    pub fn read_syscall(&self, group: &Group, out: &mut Vec<Count>) -> Result<()> {
+        out.resize(group.len(), Count::default());
+        self.syscall(group, out)
+    }
+
+    /// Reads every member of `group` (the group these pages were mapped
+    /// for; any other is read by `read(2)`) into `out` (indexed by
+    /// `Member::index`, resized to the group) and says how. `enabled`:
+    /// the caller enabled the group and has not disabled it since; a
+    /// disabled group is read by `read(2)`, as its pages are not updated.
+    pub fn read_into(&self, group: &Group, enabled: bool, out: &mut Vec<Count>) -> Result<ReadPath> {
+        out.resize(group.len(), Count::default());
+        let out = out.as_mut_slice();
+        if !enabled
+            || !self.user_space()
+            || group.leader().id() != self.leader
+            || out.len() != self.pages.len()
+            || current_tid() != self.tid
+        {
+            self.syscall(group, out)?;
+            return Ok(ReadPath::Syscall);
+        }
+        let mut path = ReadPath::UserSpace;
+        let mut since = None;
+        if let (Some(h), Some(Some(leader))) = (&self.hybrid, self.pages.first()) {
+            since = h.since_sync(leader);
+            if since.is_none() {
+                h.sync(leader, || self.syscall(group, out))?;
+                let mut bases = self.bases.borrow_mut();
+                let same = |(c, b): (&Count, &Count)| c.raw == b.raw && c.time_enabled == b.time_enabled;
+                self.frozen.set(out.iter().zip(bases.iter()).all(same));
+                bases.copy_from_slice(out);
+                since = Some(0);
+                path = ReadPath::Resync;
+            } else if self.frozen.get() {
+                since = Some(0);
+            }
+        }
+        let bases = self.bases.borrow();
+        for (i, (p, page)) in self.paths.iter().zip(&self.pages).enumerate() {
+            let v = match (p, page) {
+                (UserPath::Hybrid, _) => since.map(|d| extrapolate(&bases[i], d)),
+                (_, Some(page)) => page_value(p, page),
+                _ => None,
+            };
+            match v {
+                Some(c) => out[i] = c,
+                None => {
+                    self.syscall(group, out)?;
+                    return Ok(ReadPath::Syscall);
+                }
+            }
+        }
+        Ok(path)
+    }
+}
+
+/// A [`Group`] with every member's page mapped, read from user space when
+/// every member has an exact path. Not `Send`, like [`MappedCounter`].
+#[derive(Debug)]
+pub struct MappedGroup {
+    group: Group,
+    members: Vec<Member>,
+    pages: GroupPages,
     enabled: Cell<bool>,
     _not_send: PhantomData<*const ()>,
 }
@@ -279,25 +464,11 @@ impl MappedGroup {
         for a in rest {
             group.add(a)?;
         }
-        let members: Vec<Member> = group.members().collect();
-        let mapped: Vec<std::result::Result<Mapping, Errno>> = members
-            .iter()
-            .map(|m| group.fd(m).map_or(Err(Errno(libc::EBADF)), |fd| map(&*sys, fd)))
-            .collect();
-        let tsc_ok = Hybrid::new().is_some();
-        let paths: Vec<UserPath> =
-            attrs.iter().zip(&mapped).map(|(a, p)| classify(a, target, p, tsc_ok)).collect();
-        let pages: Vec<Option<Mapping>> = mapped.into_iter().map(|p| p.ok()).collect();
-        let hybrid = paths.contains(&UserPath::Hybrid).then(Hybrid::new).flatten();
+        let pages = GroupPages::map(&*sys, &group, attrs);
         Ok(MappedGroup {
+            members: group.members().collect(),
             group,
-            bases: RefCell::new(vec![Count::default(); members.len()]),
-            members,
             pages,
-            paths,
-            hybrid,
-            frozen: Cell::new(false),
-            scratch: RefCell::new(GroupCounts::default()),
             enabled: Cell::new(false),
             _not_send: PhantomData,
         })
@@ -305,12 +476,12 @@ impl MappedGroup {
 
     /// Each member's path, in group order.
     pub fn paths(&self) -> &[UserPath] {
-        &self.paths
+        self.pages.paths()
     }
 
     /// Whether enabled reads take the user-space path (every member has one).
     pub fn user_space(&self) -> bool {
-        !self.paths.iter().any(|p| matches!(p, UserPath::None { .. }))
+        self.pages.user_space()
     }
 
     /// The members, leader first (index `out` of [`read_into`](Self::read_into) with `member.index()`).
@@ -321,8 +492,7 @@ impl MappedGroup {
     /// One `read(2)` of the group into `out` (indexed by `Member::index`),
     /// bypassing the user-space path: the baseline to compare it with.
     pub fn read_syscall(&self, out: &mut Vec<Count>) -> Result<()> {
-        out.resize(self.members.len(), Count::default());
-        self.syscall(out)
+        self.pages.read_syscall(&self.group, out)
     }
 
     /// Starts every member.
@@ -343,56 +513,10 @@ impl MappedGroup {
         self.group.reset()
     }
 
-    fn syscall(&self, out: &mut [Count]) -> Result<()> {
-        let mut counts = self.scratch.borrow_mut();
-        self.group.read_into(&mut counts)?;
-        for (slot, m) in out.iter_mut().zip(&self.members) {
-            *slot = counts.get(m).copied().unwrap_or_default();
-        }
-        Ok(())
-    }
-
     /// Reads every member into `out` (indexed by `Member::index`; resized
     /// to the group, so it allocates only on first use) and says how.
     pub fn read_into(&self, out: &mut Vec<Count>) -> Result<ReadPath> {
-        out.resize(self.members.len(), Count::default());
-        let out = out.as_mut_slice();
-        if !self.enabled.get() || !self.user_space() {
-            self.syscall(out)?;
-            return Ok(ReadPath::Syscall);
-        }
-        let mut path = ReadPath::UserSpace;
-        let mut since = None;
-        if let (Some(h), Some(Some(leader))) = (&self.hybrid, self.pages.first()) {
-            since = h.since_sync(leader);
-            if since.is_none() {
-                h.sync(leader, || self.syscall(out))?;
-                let mut bases = self.bases.borrow_mut();
-                let same = |(c, b): (&Count, &Count)| c.raw == b.raw && c.time_enabled == b.time_enabled;
-                self.frozen.set(out.iter().zip(bases.iter()).all(same));
-                bases.copy_from_slice(out);
-                since = Some(0);
-                path = ReadPath::Resync;
-            } else if self.frozen.get() {
-                since = Some(0);
-            }
-        }
-        let bases = self.bases.borrow();
-        for (i, (p, page)) in self.paths.iter().zip(&self.pages).enumerate() {
-            let v = match (p, page) {
-                (UserPath::Hybrid, _) => since.map(|d| extrapolate(&bases[i], d)),
-                (_, Some(page)) => page_value(p, page),
-                _ => None,
-            };
-            match v {
-                Some(c) => out[i] = c,
-                None => {
-                    self.syscall(out)?;
-                    return Ok(ReadPath::Syscall);
-                }
-            }
-        }
-        Ok(path)
+        self.pages.read_into(&self.group, self.enabled.get(), out)
     }
 }
 

@@ -5,6 +5,7 @@
 mod util;
 
 mod bad_input;
+mod fastread;
 mod processes;
 mod threads;
 mod tools;

@@ -1,0 +1,238 @@
+//! Event sets read through the substrate's user-space path where it is
+//! exact, and by `read(2)` elsewhere.
+
+use papirus_lowlevel::{EventSet, Library, init};
+use papirus_substrate::fastread::{ReadPath, UserPath};
+use papirus_substrate::vclock::ERROR_BOUND;
+
+use crate::util::serial;
+
+/// A few µs of work between reads, so they are not all back to back.
+fn spin() {
+    let mut x = 0u64;
+    for i in 0..5_000u64 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(i);
+    }
+    std::hint::black_box(x);
+}
+
+/// The acceptance tolerance of issue 3: a user-space read agrees with
+/// `read(2)` within 5 µs in 99 % of reads, and within the stated bound in all.
+const TOLERANCE_NS: i64 = 5_000;
+
+fn task_clock_set(lib: &Library) -> Option<EventSet> {
+    let mut s = lib.event_set();
+    s.add_named("task-clock").unwrap();
+    match &s.user_paths()[..] {
+        [p] if matches!(p[..], [UserPath::Hybrid | UserPath::KernelTime]) => Some(s),
+        other => {
+            eprintln!("task-clock has no user-space path here ({other:?}); skipping");
+            None
+        }
+    }
+}
+
+/// Distance of `v` outside `[lo, hi]`, 0 inside.
+fn outside(v: i64, lo: i64, hi: i64) -> i64 {
+    if v < lo { lo - v } else { (v - hi).max(0) }
+}
+
+#[derive(Default)]
+struct Misses {
+    n: u32,
+    over: u32,
+    worst: i64,
+}
+
+impl Misses {
+    fn add(&mut self, err: i64) {
+        self.n += 1;
+        self.over += u32::from(err > TOLERANCE_NS);
+        self.worst = self.worst.max(err);
+    }
+
+    /// The 99 % rule; with `bounded`, also the stated bound on every read.
+    fn check(&self, what: &str, bounded: bool) {
+        eprintln!("{what}: {} of {} beyond 5 µs, worst {} ns", self.over, self.n, self.worst);
+        assert!(self.over * 100 <= self.n, "{what}: {} of {} reads beyond 5 µs", self.over, self.n);
+        if bounded {
+            assert!(self.worst <= ERROR_BOUND.as_nanos() as i64, "{what}: worst {} ns", self.worst);
+        }
+    }
+}
+
+#[test]
+fn a_task_clock_set_reads_from_user_space_within_5us_of_read() {
+    let _s = serial();
+    let lib = init().unwrap();
+    let Some(mut s) = task_clock_set(&lib) else { return };
+    s.start().unwrap();
+    let (mut before, mut fast, mut after) = ([0i64], [0i64], [0i64]);
+    let (mut misses, mut user) = (Misses::default(), 0u32);
+    const READS: u32 = 20_000;
+    for i in 0..READS {
+        if i % 8 == 0 {
+            spin();
+        }
+        s.set_user_space_reads(false);
+        s.read_into(&mut before).unwrap();
+        assert_eq!(s.read_path(), Some(ReadPath::Syscall));
+        s.set_user_space_reads(true);
+        s.read_into(&mut fast).unwrap();
+        let path = s.read_path().unwrap();
+        assert_ne!(path, ReadPath::Syscall, "a running task-clock set fell back to read(2)");
+        user += u32::from(path == ReadPath::UserSpace);
+        s.set_user_space_reads(false);
+        s.read_into(&mut after).unwrap();
+        if i == 1 {
+            eprintln!(
+                "read(2) {} ns, user space {} ns ({path:?}), read(2) {} ns",
+                before[0], fast[0], after[0]
+            );
+        }
+        misses.add(outside(fast[0], before[0], after[0]));
+    }
+    eprintln!("{user} of {READS} reads took no system call");
+    assert!(user * 4 > READS, "only {user} of {READS} reads were syscall-free");
+    misses.check("EventSet task-clock user space vs read()", true);
+    // Stopped, the set reads the kernel's final value.
+    let stopped = s.stop().unwrap();
+    assert_eq!(s.read_path(), Some(ReadPath::Syscall));
+    s.set_user_space_reads(true);
+    assert_eq!(s.read().unwrap(), stopped);
+    assert_eq!(s.read_path(), Some(ReadPath::Syscall));
+}
+
+#[test]
+fn sets_with_events_without_a_user_space_path_read_by_syscall() {
+    let _s = serial();
+    let lib = init().unwrap();
+    let mut s = lib.event_set();
+    s.add_all(["task-clock", "page-faults"]).unwrap();
+    let paths = s.user_paths();
+    assert!(
+        matches!(&paths[1][..], [UserPath::None { reason }] if reason.contains("page-faults")),
+        "{paths:?}"
+    );
+    assert!(matches!(&paths[0][..], [UserPath::None { .. }]), "its group reads by read(2): {paths:?}");
+    s.start().unwrap();
+    for _ in 0..100 {
+        s.read().unwrap();
+        assert_eq!(s.read_path(), Some(ReadPath::Syscall));
+    }
+    s.stop().unwrap();
+
+    // Multiplexed: scaling takes the kernel's times, so read(2) even for task-clock.
+    let mut m = lib.event_set();
+    m.set_multiplex(true).unwrap();
+    m.add_named("task-clock").unwrap();
+    assert!(
+        matches!(&m.user_paths()[0][..], [UserPath::None { reason }] if reason.contains("multiplexed")),
+        "{:?}",
+        m.user_paths()
+    );
+    m.start().unwrap();
+    m.read().unwrap();
+    assert_eq!(m.read_path(), Some(ReadPath::Syscall));
+    m.stop().unwrap();
+
+    // Read on another thread than the counted one: the pages' times and
+    // rdpmc describe the reader, so read(2).
+    if let Some(mut t) = task_clock_set(&lib) {
+        t.start().unwrap();
+        t.read().unwrap();
+        assert_ne!(t.read_path(), Some(ReadPath::Syscall));
+        let mut t = std::thread::spawn(move || {
+            for _ in 0..10 {
+                t.read().unwrap();
+                assert_eq!(t.read_path(), Some(ReadPath::Syscall), "read off the counted thread");
+            }
+            t
+        })
+        .join()
+        .unwrap();
+        t.read().unwrap();
+        assert_ne!(t.read_path(), Some(ReadPath::Syscall), "back on its thread");
+        t.stop().unwrap();
+    }
+
+    // Counting another thread: its pages describe that thread.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let other = std::thread::spawn(move || {
+        tx.send(papirus_lowlevel::thread_id()).unwrap();
+        done_rx.recv().unwrap();
+    });
+    let mut a = lib.event_set();
+    a.add_named("task-clock").unwrap();
+    a.attach(rx.recv().unwrap()).unwrap();
+    assert!(matches!(&a.user_paths()[0][..], [UserPath::None { .. }]), "{:?}", a.user_paths());
+    a.start().unwrap();
+    a.read().unwrap();
+    assert_eq!(a.read_path(), Some(ReadPath::Syscall));
+    a.stop().unwrap();
+    done_tx.send(()).unwrap();
+    other.join().unwrap();
+}
+
+#[test]
+fn user_space_reads_keep_start_stop_accum_and_reset_exact() {
+    let _s = serial();
+    let lib = init().unwrap();
+    // `fast` reads from user space, `kernel` by read(2); each operation is
+    // applied to `kernel` then `fast`, so their values differ by the CPU
+    // time of one operation plus the user-space error.
+    let Some(mut fast) = task_clock_set(&lib) else { return };
+    let mut kernel = lib.event_set();
+    kernel.add_named("task-clock").unwrap();
+    kernel.set_user_space_reads(false);
+    let mut misses = Misses::default();
+    let mut paths = [0u32; 3];
+    let (mut acc_k, mut acc_f) = ([0i64], [0i64]);
+    kernel.start().unwrap();
+    fast.start().unwrap();
+    for round in 0..2_000u32 {
+        if round % 16 == 0 {
+            spin();
+        }
+        let (k, f) = match round % 5 {
+            0 | 1 => (kernel.read().unwrap()[0], fast.read().unwrap()[0]),
+            2 => {
+                let (k0, f0) = (acc_k[0], acc_f[0]);
+                kernel.accum(&mut acc_k).unwrap();
+                fast.accum(&mut acc_f).unwrap();
+                (acc_k[0] - k0, acc_f[0] - f0)
+            }
+            3 => {
+                kernel.reset().unwrap();
+                fast.reset().unwrap();
+                (kernel.read().unwrap()[0], fast.read().unwrap()[0])
+            }
+            _ => {
+                let k = kernel.stop().unwrap()[0];
+                let f = fast.stop().unwrap()[0];
+                assert_eq!(fast.read_path(), Some(ReadPath::Syscall), "stop reads after disabling");
+                assert_eq!(fast.read().unwrap()[0], f, "a stopped set keeps its value");
+                kernel.start().unwrap();
+                fast.start().unwrap();
+                (k, f)
+            }
+        };
+        assert!(f >= 0, "round {round}: a user-space value went negative: {f}");
+        match fast.read_path() {
+            Some(ReadPath::UserSpace) => paths[0] += 1,
+            Some(ReadPath::Resync) => paths[1] += 1,
+            _ => paths[2] += 1,
+        }
+        // One operation of the kernel set runs between the two: allow its
+        // CPU time (a read(2) or an ioctl, a few µs) on top of the tolerance.
+        misses.add((f - k).abs().saturating_sub(TOLERANCE_NS));
+    }
+    eprintln!("fast set paths: {} user space, {} resync, {} read(2)", paths[0], paths[1], paths[2]);
+    assert!(paths[0] > 200, "too few user-space reads to test them: {paths:?}");
+    // No bound on every read here: a host preemption between the two sets'
+    // operations adds to their difference (the test above brackets instead).
+    misses.check("EventSet task-clock after start/stop/accum/reset, user space vs read()", false);
+    kernel.stop().unwrap();
+    fast.stop().unwrap();
+}
