@@ -260,59 +260,78 @@ fn counters(r: &mut Registry) {
 /// The lowlevel event-set rows use papi_cost's size: two events.
 const EVENTSET_EVENTS: [&str; 2] = ["task-clock", "page-faults"];
 
+/// The path text of an event-set row: the paths its reads took, and why
+/// not user space when none did.
+fn set_paths(paths: &Paths, set: &papirus_lowlevel::EventSet) -> String {
+    let names: Vec<String> = set.events().into_iter().map(|e| e.name).collect();
+    let terms: Vec<UserPath> = set.user_paths().into_iter().flatten().collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    format!("EventSet via fastread::GroupPages: {}", paths.describe(why_not_user(&terms, &names).as_deref()))
+}
+
 fn eventset(r: &mut Registry) {
-    const PATH: &str = "read() and ioctl(): papirus_lowlevel::EventSet reads its groups by syscall";
     let desc = EVENTSET_EVENTS.join(", ");
-    let open = || -> Result<papirus_lowlevel::EventSet, String> {
+    let open = |events: &'static [&'static str]| -> Result<papirus_lowlevel::EventSet, String> {
         let lib = papirus_lowlevel::init().map_err(|e| e.to_string())?;
         let mut set = lib.event_set();
-        set.add_all(EVENTSET_EVENTS).map_err(|e| e.to_string())?;
+        set.add_all(events.iter().copied()).map_err(|e| e.to_string())?;
         Ok(set)
     };
     r.add(
         "eventset.start_stop",
         &format!("lowlevel EventSet start + stop, 2 events ({desc}), one sample per pair as papi_cost"),
         move |b| {
-            let mut set = open()?;
+            let mut set = open(&EVENTSET_EVENTS)?;
             let mut v = [0i64; 2];
             // One start/stop first, so errors surface as the row's reason.
             set.start().map_err(|e| e.to_string())?;
             set.stop_into(&mut v).map_err(|e| e.to_string())?;
-            Ok(vec![b.time(Some(PATH), || {
+            let paths = Paths::default();
+            let mut cost = b.time(None, || {
                 let _ = set.start();
-                let _ = set.stop_into(&mut v);
-            })])
+                if set.stop_into(&mut v).is_ok()
+                    && let Some(p) = set.read_path()
+                {
+                    paths.note(p);
+                }
+            });
+            cost.path =
+                Some(format!("ioctl ENABLE + DISABLE, then stop's read: {}", set_paths(&paths, &set)));
+            Ok(vec![cost])
         },
     );
-    let running = move || -> Result<papirus_lowlevel::EventSet, String> {
-        let mut set = open()?;
+    let running = move |events: &'static [&'static str]| -> Result<papirus_lowlevel::EventSet, String> {
+        let mut set = open(events)?;
         set.start().map_err(|e| e.to_string())?;
         Ok(set)
     };
-    r.add("eventset.read", &format!("lowlevel EventSet read, 2 events ({desc})"), move |b| {
-        let mut set = running()?;
-        let mut v = [0i64; 2];
-        Ok(vec![b.time(Some(PATH), || {
-            black_box(set.read_into(&mut v).ok());
-        })])
-    });
-    r.add(
-        "eventset.accum",
-        &format!("lowlevel EventSet accum (read, add, reset), 2 events ({desc})"),
-        move |b| {
-            let mut set = running()?;
-            let mut v = [0i64; 2];
-            Ok(vec![b.time(Some(PATH), || {
-                black_box(set.accum(&mut v).ok());
-            })])
-        },
-    );
-    r.add("eventset.reset", &format!("lowlevel EventSet reset, 2 events ({desc})"), move |b| {
-        let mut set = running()?;
-        Ok(vec![b.time(Some(PATH), || {
-            black_box(set.reset().ok());
-        })])
-    });
+    // One timed operation per row: read, accum or reset.
+    type Op = fn(&mut papirus_lowlevel::EventSet, &mut [i64]) -> papirus_lowlevel::Result<()>;
+    let rows: [(&str, &str, &'static [&'static str], Op); 4] = [
+        ("eventset.read", "read", &EVENTSET_EVENTS, |s, v| s.read_into(v)),
+        ("eventset.read.task_clock", "read", &["task-clock"], |s, v| s.read_into(v)),
+        ("eventset.accum", "accum (read, add, reset)", &EVENTSET_EVENTS, |s, v| s.accum(v)),
+        ("eventset.reset", "reset", &EVENTSET_EVENTS, |s, _| s.reset()),
+    ];
+    for (name, what, events, op) in rows {
+        let list = events.join(", ");
+        let n = events.len();
+        r.add(name, &format!("lowlevel EventSet {what}, {n} event(s) ({list}), running"), move |b| {
+            let mut set = running(events)?;
+            let mut v = vec![0i64; n];
+            op(&mut set, &mut v).map_err(|e| e.to_string())?;
+            let paths = Paths::default();
+            let mut cost = b.time(None, || {
+                if op(&mut set, black_box(&mut v)).is_ok()
+                    && let Some(p) = set.read_path()
+                {
+                    paths.note(p);
+                }
+            });
+            cost.path = Some(set_paths(&paths, &set));
+            Ok(vec![cost])
+        });
+    }
 }
 
 /// The events the region row measures: the highlevel defaults every Linux

@@ -5,7 +5,9 @@
 //! Baselines: `raw/enable+disable+read` is what `start`+`stop` must do at
 //! least, `raw/read` what `read` must do, `raw/read+reset` what `accum` does
 //! in PAPI, `raw/reset` what `reset` does in PAPI (papirus resets by taking
-//! a snapshot, which is a read).
+//! a snapshot, which is a read). `papirus/read task-clock` is a set whose
+//! one event has a user-space path, beside `raw/read task-clock`, the
+//! `read(2)` of the same event.
 
 use std::hint::black_box;
 
@@ -61,9 +63,26 @@ fn bench(c: &mut Criterion) {
     g.bench_function("papirus/accum", |b| b.iter(|| set.accum(&mut values).unwrap()));
     g.bench_function("raw/reset", |b| b.iter(|| group.reset().unwrap()));
     g.bench_function("papirus/reset", |b| b.iter(|| set.reset().unwrap()));
-    g.finish();
     set.stop().unwrap();
     group.disable().unwrap();
+
+    // A task-clock-only set reads from user space (the substrate's fastread).
+    let mut tc = lib.event_set();
+    tc.add_named("task-clock").expect("task-clock opens here");
+    let tc_group = Group::open(&attrs[0], Target::ThisThread).expect("open");
+    tc_group.enable().unwrap();
+    tc.start().unwrap();
+    let mut one = [0i64; 1];
+    g.bench_function("raw/read task-clock", |b| b.iter(|| tc_group.read_into(&mut counts).unwrap()));
+    g.bench_function("papirus/read task-clock", |b| {
+        b.iter(|| {
+            tc.read_into(&mut one).unwrap();
+            black_box(&one);
+        })
+    });
+    eprintln!("papirus/read task-clock: last read {:?}", tc.read_path());
+    g.finish();
+    tc.stop().unwrap();
 }
 
 criterion_group!(benches, bench);
