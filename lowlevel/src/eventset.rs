@@ -315,6 +315,9 @@ pub struct EventSet {
     last_path: Option<ReadPath>,
     /// Whether reads may take the user-space path.
     user_space: bool,
+    /// Whether the running set holds a claim on hardware counters (a set
+    /// that uses none never conflicts, and skips the library's lock).
+    claimed: bool,
     /// The real-time signal overflows are routed to.
     signal: i32,
 }
@@ -351,6 +354,7 @@ impl EventSet {
             tmp: vec![],
             last_path: None,
             user_space: true,
+            claimed: false,
             signal: default_signal(),
         }
     }
@@ -894,14 +898,16 @@ impl EventSet {
             return Err(Error::EmptySet);
         }
         let hw = if self.options.multiplex { 0 } else { self.entries.iter().map(|e| e.hw_terms).sum() };
-        let (id, lib) = (self.id, self.lib.clone());
+        let id = self.id;
         let key = self_key(self.opened(SetOp::Start)?.target, self.owner);
-        if let Err(used) = lib.claim(key, id, hw) {
+        if hw > 0
+            && let Err(used) = self.lib.claim(key, id, hw)
+        {
             return Err(Error::Conflict {
                 event: self.entries.iter().map(|e| e.info.name.as_str()).collect::<Vec<_>>().join(","),
                 reason: format!(
                     "other running event sets on this target hold {used} of the {} hardware counters and this set needs {hw}; stop them first or turn on multiplexing",
-                    lib.machine().hw_counters.unwrap_or(0)
+                    self.lib.machine().hw_counters.unwrap_or(0)
                 ),
             });
         }
@@ -919,10 +925,13 @@ impl EventSet {
             for g in &opened.groups {
                 let _ = g.disable();
             }
-            lib.release(key, id);
+            if hw > 0 {
+                self.lib.release(key, id);
+            }
             return Err(e);
         }
         self.running = Some(key);
+        self.claimed = hw > 0;
         Ok(())
     }
 
@@ -945,7 +954,9 @@ impl EventSet {
                 first_err.get_or_insert(Error::from(e));
             }
         }
-        self.lib.release(key, self.id);
+        if std::mem::take(&mut self.claimed) {
+            self.lib.release(key, self.id);
+        }
         self.running = None;
         if let Some(e) = first_err {
             return Err(e);
@@ -1347,7 +1358,9 @@ impl Drop for EventSet {
                     let _ = g.disable();
                 }
             }
-            self.lib.release(key, self.id);
+            if self.claimed {
+                self.lib.release(key, self.id);
+            }
         }
     }
 }
