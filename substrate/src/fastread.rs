@@ -577,6 +577,36 @@ mod tests {
         }
     }
 
+    // An owner that moves between threads (an event set) can hold one.
+    const _: () = {
+        const fn send<T: Send>() {}
+        send::<GroupPages>();
+    };
+
+    #[test]
+    fn hopeless_members_map_no_page() {
+        let k = Arc::new(RdpmcKernel::default());
+        let tc = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, 1);
+        let pf = EventAttr::new("page-faults", Kind::Software, b::PERF_TYPE_SOFTWARE, 2);
+        let mut g = Group::open_with(k.clone(), &tc, Target::ThisThread).unwrap();
+        g.add(&pf).unwrap();
+        let pages = GroupPages::map(&*k, &g, &[tc.clone(), pf]);
+        assert!(!pages.user_space());
+        assert!(
+            matches!(&pages.paths()[0], UserPath::None { reason } if reason.contains("page-faults")),
+            "{:?}",
+            pages.paths()
+        );
+        assert!(pages.pages.iter().all(Option::is_none), "no page mapped for a group read by read(2)");
+        let off = GroupPages::unmapped(&g, "sampling");
+        assert!(matches!(&off.paths()[1], UserPath::None { reason } if reason == "sampling"));
+        let alone = Group::open_with(k.clone(), &tc, Target::ThisThread).unwrap();
+        let pages = GroupPages::map(&*k, &alone, std::slice::from_ref(&tc));
+        if Hybrid::new().is_some() {
+            assert_eq!(pages.paths(), &[UserPath::Hybrid]);
+        }
+    }
+
     #[test]
     fn an_empty_group_is_an_error_not_a_panic() {
         let r = MappedGroup::open_with(Arc::new(RdpmcKernel::default()), &[], Target::ThisThread);

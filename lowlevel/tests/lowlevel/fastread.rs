@@ -213,6 +213,12 @@ fn user_space_reads_keep_start_stop_accum_and_reset_exact() {
                 let f = fast.stop().unwrap()[0];
                 assert_eq!(fast.read_path(), Some(ReadPath::Syscall), "stop reads after disabling");
                 assert_eq!(fast.read().unwrap()[0], f, "a stopped set keeps its value");
+                // Busy while stopped: none of it may show after the restart
+                // (within the sync interval, so a stale base would be used).
+                let t = std::time::Instant::now();
+                while t.elapsed() < std::time::Duration::from_micros(50) {
+                    spin();
+                }
                 kernel.start().unwrap();
                 fast.start().unwrap();
                 (k, f)
