@@ -58,9 +58,7 @@
 //! is held until the kernel's count passes it, so a delta is never negative.
 
 use std::fmt;
-use std::sync::Arc;
-
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::fastread::{GroupPages, ReadPath, UserPath};
