@@ -457,48 +457,24 @@ mod tests {
 
     #[test]
     fn kernel_page_conversion_is_taken_verbatim() {
-        use crate::mmap::{Caps, Mapping, PageImage, TimeConv};
-        use crate::sys::{Errno, Ioctl, Sys, perf_event_attr};
-        use std::os::fd::{BorrowedFd, OwnedFd};
-        use std::sync::Arc;
+        use crate::mmap::{Caps, PageImage, TimeConv};
+        use crate::sys::mock::MockSys;
 
-        #[derive(Debug)]
-        struct PageKernel(Arc<PageImage>);
-        impl Sys for PageKernel {
-            fn perf_event_open(
-                &self,
-                _: &mut perf_event_attr,
-                _: i32,
-                _: i32,
-                _: Option<BorrowedFd<'_>>,
-                _: u64,
-            ) -> Result<OwnedFd, Errno> {
-                std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
-            }
-            fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
-                Ok(())
-            }
-            fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
-                Ok(1)
-            }
-            fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
-                Ok(0)
-            }
-            fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<Mapping, Errno> {
-                Ok(Mapping::from_image(self.0.clone()))
-            }
-        }
-
+        let page_kernel = |img: &std::sync::Arc<PageImage>| {
+            let k = MockSys::new();
+            k.map_page(img.clone());
+            k
+        };
         let img = PageImage::new();
         // A 3 GHz TSC as the kernel publishes it: mult/2^shift = 1/3 ns.
         let conv = TimeConv { shift: 31, mult: 715_827_883, zero: 1_000_000, ..TimeConv::default() };
         img.set_time_conv(conv);
         img.bump_lock(2);
         // Without cap_user_time_zero the page is not used.
-        assert!(kernel_conversion(&PageKernel(img.clone())).is_none());
+        assert!(kernel_conversion(&*page_kernel(&img)).is_none());
         img.set_caps(Caps { user_time: true, user_time_zero: true, ..Caps::default() });
         img.bump_lock(2);
-        let c = kernel_conversion(&PageKernel(img)).expect("page offers the conversion");
+        let c = kernel_conversion(&*page_kernel(&img)).expect("page offers the conversion");
         assert_eq!(c.method, TscMethod::KernelPage);
         assert_eq!((c.mult, c.shift, c.offset), (715_827_883, 31, Some(1_000_000)));
         assert!((c.hz - 3e9).abs() < 10.0, "{}", c.hz);

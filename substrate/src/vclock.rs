@@ -369,40 +369,14 @@ pub fn process_cpu_ns() -> Result<u64, Errno> {
 mod tests {
     use super::*;
     use crate::mmap::{Caps, PageImage, TimeConv};
-    use crate::sys::{Ioctl, perf_event_attr};
-    use std::os::fd::BorrowedFd;
+    use crate::sys::mock::MockSys;
     use std::sync::Arc;
 
     /// A kernel whose task-clock page is a test image.
-    #[derive(Debug)]
-    struct FakeKernel {
-        image: Arc<PageImage>,
-    }
-
-    impl Sys for FakeKernel {
-        fn perf_event_open(
-            &self,
-            _attr: &mut perf_event_attr,
-            _pid: i32,
-            _cpu: i32,
-            _group: Option<BorrowedFd<'_>>,
-            _flags: u64,
-        ) -> Result<OwnedFd, Errno> {
-            // Any real descriptor will do: the page comes from `mmap` below.
-            std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
-        }
-        fn ioctl(&self, _fd: BorrowedFd<'_>, _op: Ioctl) -> Result<(), Errno> {
-            Ok(())
-        }
-        fn event_id(&self, _fd: BorrowedFd<'_>) -> Result<u64, Errno> {
-            Ok(1)
-        }
-        fn read(&self, _fd: BorrowedFd<'_>, _buf: &mut [u8]) -> Result<usize, Errno> {
-            Err(Errno(libc::EIO))
-        }
-        fn mmap(&self, _fd: BorrowedFd<'_>, _len: usize) -> Result<Mapping, Errno> {
-            Ok(Mapping::from_image(self.image.clone()))
-        }
+    fn page_kernel(image: &Arc<PageImage>) -> Arc<MockSys> {
+        let k = MockSys::new();
+        k.map_page(image.clone());
+        k
     }
 
     #[test]
@@ -420,8 +394,8 @@ mod tests {
         });
         image.set_times(5_000_000, 4_000_000);
         image.bump_lock(2);
-        let k = FakeKernel { image: image.clone() };
-        let c = ThreadClock::with_sys(&k);
+        let k = page_kernel(&image);
+        let c = ThreadClock::with_sys(&*k);
         assert_eq!(c.method(), VirtMethod::KernelTime);
         // The page says 4 ms of task-clock; the offset measured at open
         // lines that up with the thread's CPU time since its start.
@@ -447,8 +421,8 @@ mod tests {
         }
         let image = PageImage::new();
         image.bump_lock(2);
-        let k = FakeKernel { image: image.clone() };
-        let c = ThreadClock::with_sys(&k);
+        let k = page_kernel(&image);
+        let c = ThreadClock::with_sys(&*k);
         assert_eq!(c.method(), VirtMethod::Hybrid);
         let a = c.now();
         assert_eq!(c.syncs(), 1);
@@ -501,33 +475,9 @@ mod tests {
 
     #[test]
     fn syscall_method_says_why() {
-        #[derive(Debug)]
-        struct NoPerf;
-        impl Sys for NoPerf {
-            fn perf_event_open(
-                &self,
-                _: &mut perf_event_attr,
-                _: i32,
-                _: i32,
-                _: Option<BorrowedFd<'_>>,
-                _: u64,
-            ) -> Result<OwnedFd, Errno> {
-                Err(Errno(libc::EACCES))
-            }
-            fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
-                Ok(())
-            }
-            fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
-                Ok(0)
-            }
-            fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
-                Ok(0)
-            }
-            fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<Mapping, Errno> {
-                Err(Errno(libc::ENODEV))
-            }
-        }
-        let c = ThreadClock::with_sys(&NoPerf);
+        let no_perf = MockSys::new();
+        no_perf.fail_open(Errno(libc::EACCES));
+        let c = ThreadClock::with_sys(&*no_perf);
         match c.method() {
             VirtMethod::Syscall { reason } => assert!(reason.contains("EACCES"), "{reason}"),
             m => panic!("expected the syscall method, got {m:?}"),
