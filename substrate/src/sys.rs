@@ -315,7 +315,8 @@ pub fn default_sigpipe() {
 
 /// A scripted kernel for unit tests: opens hand out the write end of a
 /// pipe (so a test can see the descriptor close), reads return queued
-/// buffers, and failures are injected per call.
+/// buffers, maps return test pages and heap rings, and failures are
+/// injected per call.
 #[cfg(test)]
 pub(crate) mod mock {
     use std::collections::VecDeque;
@@ -323,8 +324,13 @@ pub(crate) mod mock {
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
     use std::sync::{Arc, Mutex, MutexGuard};
 
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::mem::offset_of;
+    use std::ptr::NonNull;
+
+    use super::pe::bindings::perf_event_mmap_page;
     use super::{Errno, Ioctl, Sys, perf_event_attr};
-    use crate::mmap::{Mapping, PageImage};
+    use crate::mmap::{Mapping, PageImage, page_size};
 
     /// What one `perf_event_open` call asked for.
     #[derive(Clone, Debug, PartialEq, Eq)]
@@ -376,6 +382,9 @@ pub(crate) mod mock {
         steady_read: Option<Vec<u8>>,
         read_calls: usize,
         pages: Option<Pages>,
+        /// (address, length) of each live ring `mmap_ring` handed out.
+        rings: Vec<(usize, usize)>,
+        rings_unmapped: usize,
         opened: Vec<Opened>,
         fds: Vec<Fd>,
         ioctls: Vec<Ioctl>,
@@ -432,6 +441,20 @@ pub(crate) mod mock {
         /// Every later open maps this one page.
         pub(crate) fn map_page(&self, image: Arc<PageImage>) {
             self.map_pages(move || image.clone());
+        }
+        /// (address, length) of the newest live ring; the test writes into
+        /// it as the kernel would.
+        pub(crate) fn last_ring(&self) -> (*mut u8, usize) {
+            let (addr, len) = *self.state().rings.last().expect("no ring mapped");
+            (addr as *mut u8, len)
+        }
+        /// Rings mapped and not yet unmapped.
+        pub(crate) fn live_rings(&self) -> usize {
+            self.state().rings.len()
+        }
+        /// Rings unmapped so far.
+        pub(crate) fn rings_unmapped(&self) -> usize {
+            self.state().rings_unmapped
         }
         /// The page of the `n`-th successful open.
         pub(crate) fn page(&self, n: usize) -> Arc<PageImage> {
@@ -539,6 +562,50 @@ pub(crate) mod mock {
             let raw = fd.as_raw_fd();
             let open = st.fds.iter().rev().find(|f| f.raw == raw).ok_or(Errno(libc::EBADF))?;
             open.page.clone().map(Mapping::from_image).ok_or(Errno(libc::ENODEV))
+        }
+
+        /// Heap memory stands in for the ring, its control page filled as
+        /// the kernel fills it.
+        fn mmap_ring(&self, _fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Errno> {
+            let page = page_size();
+            let layout = Layout::from_size_align(len, page).map_err(|_| Errno(libc::EINVAL))?;
+            if len <= page {
+                return Err(Errno(libc::EINVAL));
+            }
+            // SAFETY: a layout of non-zero size (len > page).
+            let p = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(Errno(libc::ENOMEM))?;
+            // SAFETY: both words lie in the control page of the fresh allocation, 8-aligned.
+            unsafe {
+                p.as_ptr()
+                    .add(offset_of!(perf_event_mmap_page, data_offset))
+                    .cast::<u64>()
+                    .write(page as u64);
+                p.as_ptr()
+                    .add(offset_of!(perf_event_mmap_page, data_size))
+                    .cast::<u64>()
+                    .write((len - page) as u64);
+            }
+            self.state().rings.push((p.as_ptr() as usize, len));
+            Ok(p)
+        }
+
+        unsafe fn munmap_ring(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+            let mut st = self.state();
+            let i = st
+                .rings
+                .iter()
+                .position(|&m| m == (ptr.as_ptr() as usize, len))
+                .ok_or(Errno(libc::EINVAL))?;
+            st.rings.remove(i);
+            // SAFETY: allocated in `mmap_ring` with this size and alignment.
+            unsafe {
+                dealloc(
+                    ptr.as_ptr(),
+                    Layout::from_size_align(len, page_size()).map_err(|_| Errno(libc::EINVAL))?,
+                )
+            };
+            st.rings_unmapped += 1;
+            Ok(())
         }
     }
 }
