@@ -43,6 +43,7 @@ use perf_event_open_sys::bindings as b;
 use serde::Serialize;
 
 use crate::arch;
+use crate::attr::{EventAttr, Kind};
 use crate::mmap::{NativeCpu, mul_shift, page_size};
 use crate::sys;
 
@@ -335,15 +336,9 @@ fn from_hz(hz: f64, method: TscMethod) -> Conv {
 
 /// The kernel's conversion from a perf page of a dummy event on this thread.
 fn kernel_conversion(k: &dyn sys::Sys) -> Option<Conv> {
-    let mut attr = b::perf_event_attr {
-        type_: b::PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<b::perf_event_attr>() as u32,
-        config: u64::from(b::PERF_COUNT_SW_DUMMY),
-        ..Default::default()
-    };
-    attr.set_disabled(1);
-    attr.set_exclude_kernel(1);
-    attr.set_exclude_hv(1);
+    // Disabled and user-only, as descriptions are by default.
+    let dummy = u64::from(b::PERF_COUNT_SW_DUMMY);
+    let mut attr = EventAttr::new("dummy", Kind::Software, b::PERF_TYPE_SOFTWARE, dummy).to_raw();
     let fd = k.perf_event_open(&mut attr, 0, -1, None, 0).ok()?;
     use std::os::fd::AsFd;
     let map = k.mmap(fd.as_fd(), page_size()).ok()?;

@@ -68,6 +68,7 @@ use perf_event_open_sys::bindings as b;
 use serde::Serialize;
 
 use crate::arch;
+use crate::attr::{EventAttr, Kind};
 use crate::clock::clock;
 use crate::mmap::{Mapping, NativeCpu, mul_shift, page_size};
 use crate::sys::{self, Errno, Sys};
@@ -235,17 +236,13 @@ fn page_time(page: &Mapping) -> Option<u64> {
 }
 
 fn task_clock_attr() -> b::perf_event_attr {
-    let mut attr = b::perf_event_attr {
-        type_: b::PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<b::perf_event_attr>() as u32,
-        config: u64::from(b::PERF_COUNT_SW_TASK_CLOCK),
-        ..Default::default()
-    };
+    // User-only (the default domain) so paranoid 2 allows it; a task-clock
+    // counts the thread's whole runtime regardless.
+    let task_clock = u64::from(b::PERF_COUNT_SW_TASK_CLOCK);
+    let mut attr = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, task_clock).to_raw();
     // Enabled from the start: the page is only rewritten at the context
-    // switches of an enabled event. User-only so paranoid 2 allows it; a
-    // task-clock counts the thread's whole runtime regardless.
-    attr.set_exclude_kernel(1);
-    attr.set_exclude_hv(1);
+    // switches of an enabled event.
+    attr.set_disabled(0);
     attr
 }
 
