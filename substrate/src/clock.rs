@@ -455,21 +455,16 @@ mod tests {
         use crate::mmap::{Caps, PageImage, TimeConv};
         use crate::sys::mock::MockSys;
 
-        let page_kernel = |img: &std::sync::Arc<PageImage>| {
-            let k = MockSys::new();
-            k.map_page(img.clone());
-            k
-        };
         let img = PageImage::new();
         // A 3 GHz TSC as the kernel publishes it: mult/2^shift = 1/3 ns.
         let conv = TimeConv { shift: 31, mult: 715_827_883, zero: 1_000_000, ..TimeConv::default() };
         img.set_time_conv(conv);
         img.bump_lock(2);
         // Without cap_user_time_zero the page is not used.
-        assert!(kernel_conversion(&*page_kernel(&img)).is_none());
+        assert!(kernel_conversion(&*MockSys::with_page(&img)).is_none());
         img.set_caps(Caps { user_time: true, user_time_zero: true, ..Caps::default() });
         img.bump_lock(2);
-        let c = kernel_conversion(&*page_kernel(&img)).expect("page offers the conversion");
+        let c = kernel_conversion(&*MockSys::with_page(&img)).expect("page offers the conversion");
         assert_eq!(c.method, TscMethod::KernelPage);
         assert_eq!((c.mult, c.shift, c.offset), (715_827_883, 31, Some(1_000_000)));
         assert!((c.hz - 3e9).abs() < 10.0, "{}", c.hz);

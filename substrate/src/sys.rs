@@ -438,9 +438,12 @@ pub(crate) mod mock {
         pub(crate) fn map_pages(&self, make: impl Fn() -> Arc<PageImage> + Send + 'static) {
             self.state().pages = Some(Pages(Box::new(make)));
         }
-        /// Every later open maps this one page.
-        pub(crate) fn map_page(&self, image: Arc<PageImage>) {
-            self.map_pages(move || image.clone());
+        /// A kernel whose every open maps this one page.
+        pub(crate) fn with_page(image: &Arc<PageImage>) -> Arc<MockSys> {
+            let k = MockSys::new();
+            let image = image.clone();
+            k.map_pages(move || image.clone());
+            k
         }
         /// (address, length) of the newest live ring; the test writes into
         /// it as the kernel would.

@@ -367,14 +367,6 @@ mod tests {
     use super::*;
     use crate::mmap::{Caps, PageImage, TimeConv};
     use crate::sys::mock::MockSys;
-    use std::sync::Arc;
-
-    /// A kernel whose task-clock page is a test image.
-    fn page_kernel(image: &Arc<PageImage>) -> Arc<MockSys> {
-        let k = MockSys::new();
-        k.map_page(image.clone());
-        k
-    }
 
     #[test]
     fn kernel_time_method_uses_the_page_extrapolation() {
@@ -391,7 +383,7 @@ mod tests {
         });
         image.set_times(5_000_000, 4_000_000);
         image.bump_lock(2);
-        let k = page_kernel(&image);
+        let k = MockSys::with_page(&image);
         let c = ThreadClock::with_sys(&*k);
         assert_eq!(c.method(), VirtMethod::KernelTime);
         // The page says 4 ms of task-clock; the offset measured at open
@@ -418,7 +410,7 @@ mod tests {
         }
         let image = PageImage::new();
         image.bump_lock(2);
-        let k = page_kernel(&image);
+        let k = MockSys::with_page(&image);
         let c = ThreadClock::with_sys(&*k);
         assert_eq!(c.method(), VirtMethod::Hybrid);
         let a = c.now();
