@@ -328,7 +328,7 @@ fn regions(r: &mut Registry) {
             // Regions are set up once per process; reuse a setup made earlier.
             let setup = match Config::new().events(REGION_EVENTS).write_at_exit(false).install() {
                 Ok(s) => s,
-                Err(RegionError::AlreadyConfigured) => region::setup(),
+                Err(RegionError::AlreadyConfigured) => region::setup().map_err(|e| e.to_string())?,
                 Err(e) => return Err(e.to_string()),
             };
             let names: Vec<&str> = setup.events.iter().map(|e| e.name.as_str()).collect();

@@ -14,6 +14,12 @@ pub enum Error {
     /// A substrate failure (ELF, perf).
     #[error(transparent)]
     Substrate(#[from] papirus_substrate::Error),
+    /// Patching a process's code failed.
+    #[error(transparent)]
+    Patch(#[from] crate::patch::PatchError),
+    /// A program, process or module that cannot be listed.
+    #[error(transparent)]
+    Inventory(#[from] crate::inventory::InventoryError),
 
     /// No process (or thread) with this id exists.
     #[error("no process with pid {pid}: check the pid (ps -p {pid})")]
@@ -203,10 +209,6 @@ pub enum Error {
         /// The error.
         source: std::io::Error,
     },
-
-    /// A program, process or module that cannot be listed.
-    #[error(transparent)]
-    Inventory(#[from] crate::inventory::InventoryError),
 }
 
 /// Why the kernel refused `PTRACE_SEIZE`.

@@ -6,6 +6,7 @@ pub mod error;
 pub mod inventory;
 pub mod maps;
 pub mod patch;
+pub mod probe;
 pub mod process;
 
 pub use error::{Error, Result};

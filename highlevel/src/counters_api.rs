@@ -33,7 +33,6 @@ pub fn start_counters(events: &[&str]) -> Result<()> {
         let mut set = papirus_lowlevel::init()?.event_set();
         set.add_all(events.iter().copied())?;
         set.start()?;
-        crate::region::settle_group_members();
         *slot = Some(set);
         Ok(())
     })

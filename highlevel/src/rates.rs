@@ -73,7 +73,7 @@ pub enum RateError {
         event: String,
         /// Why, from the low-level layer.
         #[source]
-        source: papirus_lowlevel::Error,
+        source: Box<papirus_lowlevel::Error>,
     },
     /// An event the function does not take (PAPI's ENOEVNT).
     #[error("{function} takes one of {allowed:?}, not `{event}`")]
@@ -95,7 +95,7 @@ pub enum RateError {
         function: &'static str,
         /// The low-level error.
         #[source]
-        source: papirus_lowlevel::Error,
+        source: Box<papirus_lowlevel::Error>,
     },
 }
 
@@ -157,7 +157,8 @@ fn run(
             let (real, virt) = (real_nsec(), virt_nsec());
             st.values.iter_mut().for_each(|v| *v = 0);
             if let Some(set) = st.set.as_mut() {
-                set.accum(&mut st.values).map_err(|source| RateError::Counters { function, source })?;
+                set.accum(&mut st.values)
+                    .map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
             }
             let iv = Interval {
                 real_s: real.saturating_sub(st.real_ns) as f64 / 1e9,
@@ -174,20 +175,20 @@ fn run(
         let mut set = None;
         let mut has_ref = false;
         if !events.is_empty() {
-            let lib = papirus_lowlevel::init().map_err(|source| RateError::Counters { function, source })?;
+            let lib = papirus_lowlevel::init()
+                .map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
             let mut s = lib.event_set();
             for e in events {
                 s.add_named(e).map_err(|source| RateError::MissingEvent {
                     function,
                     event: (*e).to_string(),
-                    source,
+                    source: Box::new(source),
                 })?;
             }
             if let Some(o) = optional {
                 has_ref = s.add_named(o).is_ok();
             }
-            s.start().map_err(|source| RateError::Counters { function, source })?;
-            crate::region::settle_group_members();
+            s.start().map_err(|source| RateError::Counters { function, source: Box::new(source) })?;
             set = Some(s);
         }
         let n = events.len() + usize::from(has_ref);

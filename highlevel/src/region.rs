@@ -119,7 +119,7 @@ pub enum RegionError {
         event: String,
         /// Why, from the low-level layer (with the PAPI code).
         #[source]
-        source: papirus_lowlevel::Error,
+        source: Box<papirus_lowlevel::Error>,
     },
     /// An entry of an event list that is not an event name.
     #[error("bad event list entry `{entry}`: {reason}")]
@@ -143,7 +143,7 @@ pub enum RegionError {
         op: &'static str,
         /// The substrate's error.
         #[source]
-        source: papirus_substrate::Error,
+        source: Box<papirus_substrate::Error>,
     },
     /// The thread is exiting (its thread-locals are gone).
     #[error("the calling thread is exiting: regions cannot begin or end in thread-local destructors")]
@@ -279,8 +279,10 @@ impl Config {
     }
 
     fn resolve(&self) -> Result<Setup, RegionError> {
-        let library = papirus_lowlevel::init()
-            .map_err(|e| RegionError::Event { event: "(library initialisation)".into(), source: e })?;
+        let library = papirus_lowlevel::init().map_err(|e| RegionError::Event {
+            event: "(library initialisation)".into(),
+            source: Box::new(e),
+        })?;
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
         let (source, requested): (EventSource, Vec<String>) =
             match (&self.events, env(ENV_EVENTS), env(ENV_PAPI_EVENTS)) {
@@ -331,15 +333,17 @@ impl Config {
     }
 }
 
-/// The setup, made from the environment on first use.
-pub fn setup() -> &'static Setup {
+/// The setup, made from the environment on first use. Events from the
+/// environment that cannot be counted are dropped, so this fails only when
+/// the low-level library cannot initialise.
+pub fn setup() -> Result<&'static Setup, RegionError> {
     if let Some(s) = SETUP.get() {
-        return s;
+        return Ok(s);
     }
-    // Racing first calls resolve twice; one wins, the same way.
     match Config::new().install() {
-        Ok(s) => s,
-        Err(_) => SETUP.get().expect("either this install or a concurrent one set it up"),
+        // A concurrent first call won the race: use its setup.
+        Err(RegionError::AlreadyConfigured) => SETUP.get().ok_or(RegionError::AlreadyConfigured),
+        r => r,
     }
 }
 
@@ -392,7 +396,7 @@ pub fn translate(entry: &str) -> Result<String, RegionError> {
 /// perf syntax, and says why an event cannot be counted), opening it once
 /// on this thread to be sure it counts.
 fn resolve_event(lib: &Library, name: &str) -> Result<(EventDef, (Vec<EventAttr>, Derivation)), RegionError> {
-    let err = |source| RegionError::Event { event: name.to_string(), source };
+    let err = |source| RegionError::Event { event: name.to_string(), source: Box::new(source) };
     let mut probe = lib.event_set();
     probe.add_named(name).map_err(err)?;
     let info = probe.events().into_iter().next().ok_or_else(|| {
@@ -595,9 +599,9 @@ const NO_PARENT: u32 = u32::MAX;
 
 impl ThreadRegions {
     fn new() -> Result<ThreadRegions, RegionError> {
-        let setup = setup();
+        let setup = setup()?;
         let tid = thread_id();
-        let counters = |op, source| RegionError::Counters { thread: tid, op, source };
+        let counters = |op, source| RegionError::Counters { thread: tid, op, source: Box::new(source) };
         let mut event_terms = vec![];
         let mut all: Vec<(usize, EventAttr)> = vec![];
         for (attrs, _) in &setup.plans {
@@ -642,7 +646,6 @@ impl ThreadRegions {
         for g in &groups {
             g.group.enable().map_err(|e| counters("enable", e))?;
         }
-        settle_group_members();
         let shared = Arc::new(ThreadShared {
             tid,
             name: std::thread::current().name().unwrap_or("").to_string(),
@@ -739,7 +742,7 @@ impl ThreadRegions {
         Self::read(&mut self.groups, slot, true).map_err(|e| RegionError::Counters {
             thread: self.shared.tid,
             op: "read",
-            source: e,
+            source: Box::new(e),
         })?;
         self.cells[node as usize].opened();
         self.stack.push(node);
@@ -780,19 +783,8 @@ impl ThreadRegions {
             self.stack.pop();
         });
         self.now = now;
-        result.map_err(|e| RegionError::Counters { thread: tid, op: "read", source: e })
+        result.map_err(|e| RegionError::Counters { thread: tid, op: "read", source: Box::new(e) })
     }
-}
-
-/// Lets members of just-enabled perf groups start counting.
-///
-/// Measured on kernel 6.18 here: after a group enable (`PERF_IOC_FLAG_GROUP`)
-/// of a thread's own group, the members other than the leader show time
-/// enabled and running but count nothing until the thread is next switched
-/// in (300 page faults read as 0 in 2 of 3 runs). One short sleep switches
-/// it out and in. Called once per set-up, never on the hot path.
-pub(crate) fn settle_group_members() {
-    std::thread::sleep(std::time::Duration::from_micros(1));
 }
 
 /// A counter's increase between two readings of (raw, enabled, running),
@@ -915,6 +907,28 @@ mod tests {
         assert_eq!(translate("cpu/event=0x3c/").unwrap(), "cpu/event=0x3c/");
         assert!(matches!(translate("x=instant"), Err(RegionError::EventSyntax { .. })));
         assert!(matches!(translate("perf::"), Err(RegionError::EventSyntax { .. })));
+    }
+
+    #[test]
+    fn caller_events_must_all_work() {
+        let err = Config::new().events(["page-faults", "no-such-event-x"]).resolve().unwrap_err();
+        assert!(matches!(&err, RegionError::Event { event, .. } if event == "no-such-event-x"), "{err:?}");
+        let ok = Config::new().events(["page-faults", "PAPI_TOT_CYC=delta"]).resolve();
+        let no_pmu = papirus_lowlevel::init().unwrap().machine().hw_counters == Some(0);
+        match ok {
+            Ok(s) => {
+                assert!(!no_pmu, "cycles resolved without a PMU");
+                assert_eq!(s.metrics, ["real_time_ns", "virtual_time_ns", "page-faults", "PAPI_TOT_CYC"]);
+            }
+            Err(e) => {
+                assert!(no_pmu, "{e}");
+                assert!(e.to_string().contains("PAPI_TOT_CYC"), "{e}");
+                println!("{e}");
+            }
+        }
+        let s = Config::new().events(Vec::<String>::new()).resolve().unwrap();
+        assert_eq!(s.metrics, TIME_METRICS);
+        assert_eq!(s.source, EventSource::Caller);
     }
 
     #[test]

@@ -190,7 +190,7 @@ fn build(setup: &Setup) -> Report {
             .unwrap_or(serde_json::Value::Null),
         process: ProcessReport {
             pid: std::process::id(),
-            command: std::env::args().collect(),
+            command: std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect(),
             event_source: setup.source,
             events: setup.events.clone(),
             unavailable_events: setup.unavailable.clone(),
@@ -202,8 +202,8 @@ fn build(setup: &Setup) -> Report {
 
 /// The report of everything measured so far, without writing it. Sets
 /// regions up from the environment if nothing has yet.
-pub fn snapshot() -> Report {
-    build(setup())
+pub fn snapshot() -> Result<Report, RegionError> {
+    Ok(build(setup()?))
 }
 
 /// The report as text: the same numbers as the JSON, one table per region.
@@ -262,7 +262,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), RegionError> {
 
 /// Writes the JSON and text reports now; returns the JSON file's path.
 pub fn flush() -> Result<PathBuf, RegionError> {
-    let setup = setup();
+    let setup = setup()?;
     let report = build(setup);
     let dir = &setup.output_directory;
     std::fs::create_dir_all(dir).map_err(|source| RegionError::Io { path: dir.clone(), source })?;

@@ -53,7 +53,7 @@ fn nesting_fifty_deep() {
         }
         assert_eq!(region::depth(), 0);
     }
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     let mut prev: Option<&report::RegionReport> = None;
     for n in &names {
         let g = me.regions.iter().find(|g| &g.name == n).unwrap();
@@ -83,7 +83,7 @@ fn eight_threads_keep_their_own_regions() {
         })
         .collect();
     let tids: Vec<i32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-    let r = report::snapshot();
+    let r = report::snapshot().unwrap();
     for (k, tid) in tids.iter().enumerate() {
         let t = r.process.threads.iter().find(|t| t.tid == *tid).expect("thread reported");
         assert!(t.exited);
@@ -145,7 +145,7 @@ fn misuse_is_reported_and_loses_nothing() {
     assert_eq!(region::depth(), 2);
     region_end("inner_m").unwrap();
     region_end("outer_m").unwrap();
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     for n in ["outer_m", "inner_m"] {
         let g = me.regions.iter().find(|g| g.name == n).unwrap();
         assert_eq!((g.calls, g.open), (1, 0), "{n}");
@@ -154,10 +154,22 @@ fn misuse_is_reported_and_loses_nothing() {
     let g = region("guarded_m").unwrap();
     g.end().unwrap();
     assert_eq!(region::depth(), 0);
+    // A guard whose region cannot end (an inner one is still open) counts
+    // the error for the report instead of losing it; the region stays open.
+    let before = my_thread(&report::snapshot().unwrap()).guard_errors;
+    {
+        let _g = region("guard_outer_m").unwrap();
+        region_begin("left_open_m").unwrap();
+    }
+    assert_eq!(my_thread(&report::snapshot().unwrap()).guard_errors, before + 1);
+    region_end("left_open_m").unwrap();
+    region_end("guard_outer_m").unwrap();
+    assert_eq!(region::depth(), 0);
+    assert!(matches!(Config::new().install(), Err(RegionError::AlreadyConfigured)));
 }
 
 fn metric(t: &ThreadReport, region: &str, m: &str) -> i64 {
-    let g = t.regions.iter().filter(|g| g.name == region).last().unwrap();
+    let g = t.regions.iter().rfind(|g| g.name == region).unwrap();
     g.metrics[m].total
 }
 
@@ -166,7 +178,7 @@ fn measure(name: &str, f: impl FnOnce()) -> (i64, i64, f64) {
     region_begin(name).unwrap();
     f();
     region_end(name).unwrap();
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     let g = me.regions.iter().find(|g| g.name == name).unwrap();
     assert_eq!(g.calls, 1);
     (g.metrics["real_time_ns"].total, g.metrics["virtual_time_ns"].total, g.derived["cpu_utilisation"])
@@ -238,7 +250,7 @@ fn sleep_does_not_use_the_cpu() {
     for i in 0..3 {
         let (real, virt, util) =
             measure(&format!("sleep{i}"), || std::thread::sleep(Duration::from_millis(100)));
-        let cs = metric(&my_thread(&report::snapshot()), &format!("sleep{i}"), "context-switches");
+        let cs = metric(&my_thread(&report::snapshot().unwrap()), &format!("sleep{i}"), "context-switches");
         println!("sleep: real {real} ns, virtual {virt} ns, utilisation {util:.4}, {cs} context switches");
         assert!(real >= 100_000_000, "a 100 ms sleep took {real} ns of real time");
         assert!(cs >= 1, "a sleep switches the thread out at least once");
@@ -253,14 +265,14 @@ fn sleep_does_not_use_the_cpu() {
 #[test]
 fn fresh_page_touches_are_counted() {
     init();
-    let setup = region::setup();
+    let setup = region::setup().unwrap();
     assert!(setup.metrics.iter().any(|m| m == "page-faults"), "default events: {:?}", setup.metrics);
     let mut buf = fresh_buffer(1000);
     region_begin("touch").unwrap();
     touch(&mut buf, 1000);
     region_end("touch").unwrap();
     std::hint::black_box(&buf);
-    let me = my_thread(&report::snapshot());
+    let me = my_thread(&report::snapshot().unwrap());
     let faults = metric(&me, "touch", "page-faults");
     println!("1000 page touches: {faults} page faults");
     assert!(faults >= 1000, "1000 fresh page touches gave {faults} page faults");
@@ -269,7 +281,7 @@ fn fresh_page_touches_are_counted() {
 #[test]
 fn default_events_measure_what_exists() {
     init();
-    let s = region::setup();
+    let s = region::setup().unwrap();
     for must in ["task-clock", "page-faults", "context-switches"] {
         assert!(s.events.iter().any(|e| e.name == must), "{must} missing from {:?}", s.events);
     }
@@ -393,6 +405,31 @@ fn report_is_written_at_exit() {
         assert_eq!((worker.regions[0].name.as_str(), worker.regions[0].calls), ("worker_loop", 3));
         assert!(json.with_extension("txt").exists());
     }
+    // PAPI's variable, in PAPI's spelling, when papirus' own is unset.
+    let dir = out_dir().join("exit-papi-events");
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = std::process::Command::new(&bin)
+        .env("PAPIRUS_OUTPUT_DIRECTORY", &dir)
+        .env_remove("PAPIRUS_EVENTS")
+        .env("PAPI_EVENTS", "perf::PAGE-FAULTS=delta")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let json = dir.join(format!("papirus_{}.json", out_pid(&dir)));
+    let r: Report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r.process.event_source, region::EventSource::PapiEvents);
+    let names: Vec<&str> = r.process.events.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["page-faults"]);
+}
+
+/// The pid in the name of the one JSON report in `dir`.
+fn out_pid(dir: &Path) -> u32 {
+    let name = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .find(|n| n.ends_with(".json"))
+        .expect("a JSON report");
+    name.trim_start_matches("papirus_").trim_end_matches(".json").parse().unwrap()
 }
 
 /// PAPI's rate functions and the classic counters API.

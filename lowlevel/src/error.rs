@@ -296,6 +296,14 @@ pub enum Error {
         /// The event named.
         event: String,
     },
+    /// Overflow or profil asked for an event the set does not hold.
+    #[error("`{event}` is not in this event set (it holds: {held}); add it first, or name one of its events")]
+    EventNotInSet {
+        /// The event asked for (code, position or name).
+        event: String,
+        /// The set's events.
+        held: String,
+    },
     /// Starting a set that holds no event.
     #[error("the event set is empty: add at least one event before starting it")]
     EmptySet,
@@ -363,9 +371,10 @@ impl Error {
     pub fn code(&self) -> Code {
         match self {
             Error::Substrate(e) => substrate_code(e),
-            Error::NoSuchEvent { .. } | Error::NoSuchCode { .. } | Error::PresetUnavailable { .. } => {
-                Code::Enoevnt
-            }
+            Error::NoSuchEvent { .. }
+            | Error::NoSuchCode { .. }
+            | Error::PresetUnavailable { .. }
+            | Error::EventNotInSet { .. } => Code::Enoevnt,
             Error::IsRunning { .. } => Code::Eisrun,
             Error::NotRunning { .. } => Code::Enotrun,
             Error::Conflict { .. } => Code::Ecnflct,

@@ -12,7 +12,9 @@
 //!
 //! Without multiplexing all native terms form one perf group with a pinned
 //! leader: read atomically, never rotated, and a set that does not fit the
-//! counters fails to add ([`Code::Ecnflct`](crate::Code::Ecnflct)). With
+//! counters fails to add ([`Code::Ecnflct`](crate::Code::Ecnflct)). Breakpoints
+//! are the exception: they form a second pinned group, since on kernel 6.18
+//! a breakpoint in a group led by a software event counts 0. With
 //! multiplexing each event (all the terms of a derived preset together) is
 //! its own group, the kernel rotates the groups, and values come back
 //! scaled by `time_enabled / time_running` with the scaling in [`Value`].
@@ -42,8 +44,12 @@
 //! counts even to a disabled event.
 
 use std::fmt;
+use std::sync::Arc;
 
+use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::group::{GroupCounts, Member};
+use papirus_substrate::ring::RingBuffer;
+use papirus_substrate::signal::{NotifierStats, Route, default_signal};
 use papirus_substrate::{Domain, EventAttr, Group, Kind, Scaling, Target};
 use serde::Serialize;
 
@@ -51,7 +57,9 @@ use crate::derived::Derivation;
 use crate::error::{Error, Result, SetOp};
 use crate::library::{Library, Tid, thread_id};
 use crate::native::{self, NATIVE_MASK};
+use crate::overflow::{self, Dispatch, OverflowHandler, SampleQueue};
 use crate::preset::{Definition, PRESET_MASK, preset_by_code, preset_by_name};
+use crate::profil::{ProfilFlags, Profile, Region};
 
 /// What a set counts: PAPI's granularities as perf offers them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -98,13 +106,24 @@ pub struct Status {
     pub cpu_attached: bool,
     /// Multiplexing is on.
     pub multiplexing: bool,
+    /// An event has an overflow handler, queue or profile.
+    pub overflowing: bool,
+    /// An event fills a profil histogram (then `overflowing` too, as in PAPI).
+    pub profiling: bool,
 }
 
 impl Status {
     /// PAPI's state bitmask: `PAPI_STOPPED` 0x1, `PAPI_RUNNING` 0x2,
-    /// `PAPI_MULTIPLEXING` 0x40, `PAPI_ATTACHED` 0x80, `PAPI_CPU_ATTACHED` 0x100.
+    /// `PAPI_OVERFLOWING` 0x10, `PAPI_PROFILING` 0x20, `PAPI_MULTIPLEXING`
+    /// 0x40, `PAPI_ATTACHED` 0x80, `PAPI_CPU_ATTACHED` 0x100.
     pub fn bits(&self) -> u32 {
         let mut b = if self.running { 0x2 } else { 0x1 };
+        if self.overflowing {
+            b |= 0x10;
+        }
+        if self.profiling {
+            b |= 0x20;
+        }
         if self.multiplexing {
             b |= 0x40;
         }
@@ -165,6 +184,53 @@ struct Entry {
     info: EventInfo,
     attrs: Vec<EventAttr>,
     hw_terms: usize,
+    overflow: Option<Overflow>,
+}
+
+/// An event's overflow: its descriptor samples every `threshold` events.
+#[derive(Clone, Debug)]
+struct Overflow {
+    threshold: u64,
+    dispatch: Dispatch,
+}
+
+/// An event of a set, for the calls that take one (PAPI's take an event
+/// code): its code (`From<u32>`), its position (`From<usize>`) or its name
+/// as added (`From<&str>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventRef<'a> {
+    /// The event's code, as [`EventSet::add_named`] returned it.
+    Code(u32),
+    /// The event's position in the set.
+    Index(usize),
+    /// The event's name as added.
+    Name(&'a str),
+}
+
+impl From<u32> for EventRef<'_> {
+    fn from(code: u32) -> Self {
+        EventRef::Code(code)
+    }
+}
+impl From<usize> for EventRef<'_> {
+    fn from(index: usize) -> Self {
+        EventRef::Index(index)
+    }
+}
+impl<'a> From<&'a str> for EventRef<'a> {
+    fn from(name: &'a str) -> Self {
+        EventRef::Name(name)
+    }
+}
+
+impl fmt::Display for EventRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EventRef::Code(c) => write!(f, "{c:#010x}"),
+            EventRef::Index(i) => write!(f, "event #{i}"),
+            EventRef::Name(n) => f.write_str(n),
+        }
+    }
 }
 
 /// Where one native term lives: its group and member.
@@ -184,6 +250,9 @@ struct Snapshot {
 
 #[derive(Debug)]
 struct Opened {
+    /// Per entry, the overflow routing of its sampling descriptor. Declared
+    /// first so routes drop before the descriptors close.
+    routes: Vec<Option<Route>>,
     groups: Vec<Group>,
     slots: Vec<Vec<Slot>>,
     base: Vec<Snapshot>,
@@ -217,6 +286,8 @@ pub struct EventSet {
     running: Option<Target>,
     /// Reused by accum so it does not allocate.
     tmp: Vec<i64>,
+    /// The real-time signal overflows are routed to.
+    signal: i32,
 }
 
 impl fmt::Debug for EventSet {
@@ -249,6 +320,7 @@ impl EventSet {
             opened: None,
             running: None,
             tmp: vec![],
+            signal: default_signal(),
         }
     }
 
@@ -310,6 +382,7 @@ impl EventSet {
                 scale: resolved.parsed.scale,
             },
             attrs: vec![attr],
+            overflow: None,
         };
         let fallback = (entry.attrs[0].domain_value() != Domain::USER
             && self.options.domain.is_none()
@@ -492,6 +565,11 @@ impl EventSet {
             attached: self.options.attached.is_some(),
             cpu_attached: self.options.granularity == Granularity::System,
             multiplexing: self.options.multiplex,
+            overflowing: self.entries.iter().any(|e| e.overflow.is_some()),
+            profiling: self
+                .entries
+                .iter()
+                .any(|e| matches!(e.overflow, Some(Overflow { dispatch: Dispatch::Profile(_), .. }))),
         }
     }
 
@@ -516,6 +594,9 @@ impl EventSet {
 
     fn check_options(&self) -> Result<()> {
         let o = &self.options;
+        if let Some(e) = self.entries.iter().find(|e| e.overflow.is_some()) {
+            check_overflow_options(o, &e.info.name)?;
+        }
         if o.granularity == Granularity::System && o.attached.is_some() {
             return Err(Error::Combination {
                 reason: "system-wide granularity counts a CPU, not a task: detach first".into(),
@@ -649,41 +730,64 @@ impl EventSet {
         // first term that is not a software clock leads the one group (a group
         // led by task-clock or cpu-clock loses its software members' counts
         // across context switches: ~2% of page faults on a busy 2-CPU VM).
-        let mut order: Vec<(usize, usize)> = self
-            .entries
-            .iter()
-            .enumerate()
-            .flat_map(|(i, e)| (0..e.attrs.len()).map(move |k| (i, k)))
-            .collect();
+        // Breakpoints form a group of their own, first: measured on 6.18
+        // here, a breakpoint in a group led by a software event counts 0,
+        // and software members of a breakpoint-led group sometimes do too.
+        let bp = |e: &Entry| matches!(e.attrs.as_slice(), [a] if a.type_() == PERF_TYPE_BREAKPOINT);
+        let split = !self.options.multiplex;
+        let terms = |want_bp: bool| {
+            self.entries
+                .iter()
+                .enumerate()
+                .filter(move |(_, e)| !split || bp(e) == want_bp)
+                .flat_map(|(i, e)| (0..e.attrs.len()).map(move |k| (i, k)))
+                .collect::<Vec<_>>()
+        };
+        let breakpoints = if split { terms(true) } else { vec![] };
+        let mut order = terms(false);
         if !self.options.multiplex
             && let Some(p) = order.iter().position(|&(i, k)| !is_sw_clock(&self.entries[i].attrs[k]))
         {
             let lead = order.remove(p);
             order.insert(0, lead);
         }
+        // The first term after the breakpoints starts the second group.
+        let second_group = breakpoints.len();
+        order.splice(0..0, breakpoints);
         let (mut groups, mut slots): (Vec<Group>, Vec<Vec<Option<Slot>>>) =
             (vec![], self.entries.iter().map(|e| vec![None; e.attrs.len()]).collect());
-        for (i, k) in order {
+        for (n, (i, k)) in order.into_iter().enumerate() {
             let mut a = self.entries[i].attrs[k].clone();
             if let Some(d) = self.options.domain {
                 a.domain(d);
             }
             a.inherit(self.options.granularity == Granularity::Process);
-            let slot = if groups.is_empty() || (self.options.multiplex && k == 0) {
-                // A pinned leader keeps an unmultiplexed set on the PMU or in error state.
-                a.pinned(!self.options.multiplex);
-                groups.push(Group::open_with(sys.clone(), &a, target)?);
-                let g = groups.len() - 1;
-                Slot { group: g, member: groups[g].leader() }
-            } else {
-                let g = groups.len() - 1;
-                Slot { group: g, member: groups[g].add(&a)? }
-            };
+            // An overflowing event (one term) is the same descriptor, sampling.
+            let sampling = self.entries[i].overflow.as_ref().map(|o| overflow::sampling(o.threshold));
+            let slot =
+                if groups.is_empty() || (self.options.multiplex && k == 0) || (split && n == second_group) {
+                    // A pinned leader keeps an unmultiplexed set on the PMU or in error state.
+                    a.pinned(!self.options.multiplex);
+                    groups.push(match &sampling {
+                        Some(s) => Group::open_sampling_with(sys.clone(), &a, s, target)?,
+                        None => Group::open_with(sys.clone(), &a, target)?,
+                    });
+                    let g = groups.len() - 1;
+                    Slot { group: g, member: groups[g].leader() }
+                } else {
+                    let g = groups.len() - 1;
+                    let member = match &sampling {
+                        Some(s) => groups[g].add_sampling(&a, s)?,
+                        None => groups[g].add(&a)?,
+                    };
+                    Slot { group: g, member }
+                };
             slots[i][k] = Some(slot);
         }
         let slots: Vec<Vec<Slot>> = slots.into_iter().map(|v| v.into_iter().flatten().collect()).collect();
         let n = groups.len();
         let mut opened = Opened {
+            routes: self.entries.iter().map(|_| None).collect(),
             groups,
             slots,
             base: vec![Snapshot::default(); n],
@@ -694,6 +798,18 @@ impl EventSet {
         if hw > 0 && !self.options.multiplex {
             check_schedulable(&mut opened, &self.entries)?;
             opened.zero = Zero::Read;
+        }
+        // Rings are mapped after that check: samples of an unmapped event are
+        // discarded by the kernel, so the check cannot call a handler.
+        for (i, e) in self.entries.iter().enumerate() {
+            let Some(ov) = &e.overflow else { continue };
+            let Some(slot) = opened.slots[i].first() else { continue };
+            let fd = opened.groups[slot.group].fd(&slot.member).ok_or_else(|| closed(SetOp::SetOption))?;
+            let s = overflow::sampling(ov.threshold);
+            let ring = RingBuffer::map(sys.clone(), fd, s.data_pages_value(), s.layout(), &e.info.name)?;
+            let callback = overflow::callback(self.id, i, ov.threshold, ov.dispatch.clone());
+            let route = Route::attach(&sys, fd, &e.info.name, ring, self.signal, self.owner, callback)?;
+            opened.routes[i] = Some(route);
         }
         self.opened = Some(opened);
         Ok(())
@@ -883,6 +999,193 @@ impl EventSet {
         Ok(())
     }
 
+    /// The set's id, unique in the process (what overflow handlers get as
+    /// [`OverflowInfo::event_set`](crate::overflow::OverflowInfo::event_set)).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The position of `event` in the set: ENOEVNT when it is not there.
+    pub fn index_of<'a>(&self, event: impl Into<EventRef<'a>>) -> Result<usize> {
+        let event = event.into();
+        let found = match event {
+            EventRef::Index(i) => (i < self.entries.len()).then_some(i),
+            EventRef::Code(c) => self.entries.iter().position(|e| e.info.code == c),
+            EventRef::Name(n) => {
+                let n = n.trim();
+                self.entries.iter().position(|e| e.info.name == n || e.info.name.eq_ignore_ascii_case(n))
+            }
+        };
+        found.ok_or_else(|| Error::EventNotInSet {
+            event: event.to_string(),
+            held: self.entries.iter().map(|e| e.info.name.as_str()).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// PAPI's overflow rules, then the change applied and the set reopened
+    /// (the old state kept on failure).
+    /// `dispatch` `None` (or threshold 0) turns overflow off.
+    fn set_overflow(
+        &mut self,
+        event: EventRef<'_>,
+        threshold: u64,
+        flags: u32,
+        dispatch: Option<Dispatch>,
+    ) -> Result<()> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::SetOption });
+        }
+        let i = self.index_of(event)?;
+        let new = if let Some(d) = dispatch.filter(|_| threshold > 0) {
+            let e = &self.entries[i];
+            if let [_, _, ..] = e.attrs.as_slice() {
+                return Err(Error::Invalid {
+                    what: "overflow event",
+                    reason: format!(
+                        "`{}` is derived from {} native events ({}): perf samples one event, and a sum or difference of counters has no overflow point; set overflow on one of its native terms instead",
+                        e.info.name,
+                        e.attrs.len(),
+                        e.info.terms.join(", ")
+                    ),
+                });
+            }
+            if i >= 64 {
+                return Err(Error::Invalid {
+                    what: "overflow event",
+                    reason: format!(
+                        "event #{i}: an overflow vector has 64 bits, so only the set's first 64 events can overflow"
+                    ),
+                });
+            }
+            overflow::check_request(&e.attrs[0], threshold, flags)?;
+            check_overflow_options(&self.options, &e.info.name)?;
+            Some(Overflow { threshold, dispatch: d })
+        } else {
+            None
+        };
+        let old = std::mem::replace(&mut self.entries[i].overflow, new);
+        if let Err(e) = self.reopen() {
+            self.entries[i].overflow = old;
+            self.reopen_or_clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// `PAPI_overflow`: calls `handler` on the counted thread every
+    /// `threshold` events of `event` (a code, position or name in the set);
+    /// threshold 0 turns overflow (or profil) of the event off. `flags`: 0 or
+    /// [`OVERFLOW_HARDWARE`](crate::overflow::OVERFLOW_HARDWARE).
+    ///
+    /// The handler runs in signal context (see [`crate::overflow`]). The
+    /// event keeps its one descriptor, now sampling, so its value in
+    /// [`EventSet::read`] and [`EventSet::stop`] stays the exact count.
+    ///
+    /// Errors: EISRUN while running; ENOEVNT when `event` is not in the set;
+    /// EINVAL for a derived event, a task-clock/cpu-clock period under
+    /// 100 µs, unknown flags, or a set attached to another task or to a
+    /// CPU; ECOMBO with process granularity; ENOSUPP for
+    /// `OVERFLOW_FORCE_SW`.
+    pub fn overflow<'a>(
+        &mut self,
+        event: impl Into<EventRef<'a>>,
+        threshold: u64,
+        flags: u32,
+        handler: OverflowHandler,
+    ) -> Result<()> {
+        self.set_overflow(event.into(), threshold, flags, Some(Dispatch::Handler(handler)))
+    }
+
+    /// Like [`EventSet::overflow`], but each overflow is queued in `queue`
+    /// for a normal thread to drain; a full queue counts the drop.
+    pub fn overflow_deferred<'a>(
+        &mut self,
+        event: impl Into<EventRef<'a>>,
+        threshold: u64,
+        queue: Arc<SampleQueue>,
+    ) -> Result<()> {
+        self.set_overflow(event.into(), threshold, 0, Some(Dispatch::Deferred(queue)))
+    }
+
+    /// `PAPI_profil`: a PC histogram of `event` sampled every `threshold`
+    /// events over one region (see [`crate::profil`]). Returns the profile
+    /// being filled, or `None` when threshold 0 turned profiling off. The
+    /// rules are [`EventSet::overflow`]'s.
+    pub fn profil<'a>(
+        &mut self,
+        event: impl Into<EventRef<'a>>,
+        region: Region,
+        threshold: u64,
+        flags: ProfilFlags,
+    ) -> Result<Option<Arc<Profile>>> {
+        self.sprofil(event, vec![region], threshold, flags)
+    }
+
+    /// `PAPI_sprofil`: like [`EventSet::profil`] over several regions.
+    pub fn sprofil<'a>(
+        &mut self,
+        event: impl Into<EventRef<'a>>,
+        regions: Vec<Region>,
+        threshold: u64,
+        flags: ProfilFlags,
+    ) -> Result<Option<Arc<Profile>>> {
+        let event = event.into();
+        if threshold == 0 {
+            self.set_overflow(event, 0, 0, None)?;
+            return Ok(None);
+        }
+        // Refuses FORCE_SW and the EAR flags with ENOSUPP.
+        let profile = Arc::new(Profile::new(regions, flags, threshold)?);
+        self.set_overflow(event, threshold, 0, Some(Dispatch::Profile(profile.clone())))?;
+        Ok(Some(profile))
+    }
+
+    /// The overflow threshold of `event`, 0 when it does not overflow.
+    pub fn overflow_threshold<'a>(&self, event: impl Into<EventRef<'a>>) -> Result<u64> {
+        let i = self.index_of(event)?;
+        Ok(self.entries[i].overflow.as_ref().map_or(0, |o| o.threshold))
+    }
+
+    /// Signals, samples and losses the handler has seen for overflowing
+    /// `event` since its descriptor was opened (the last overflow or
+    /// membership change); `None` when it does not overflow.
+    pub fn overflow_stats<'a>(&self, event: impl Into<EventRef<'a>>) -> Option<NotifierStats> {
+        let i = self.index_of(event).ok()?;
+        self.opened.as_ref()?.routes.get(i)?.as_ref().map(Route::stats)
+    }
+
+    /// Routes this set's overflows to real-time signal `signal` (default
+    /// `SIGRTMAX - 3`, see [`papirus_substrate::signal`]). The set must be stopped.
+    pub fn set_overflow_signal(&mut self, signal: i32) -> Result<()> {
+        if self.running.is_some() {
+            return Err(Error::IsRunning { op: SetOp::SetOption });
+        }
+        if !(libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal) {
+            return Err(Error::Invalid {
+                what: "overflow signal",
+                reason: format!(
+                    "{signal} is not a real-time signal ({}..={}): overflows need a queued signal",
+                    libc::SIGRTMIN(),
+                    libc::SIGRTMAX()
+                ),
+            });
+        }
+        let old = std::mem::replace(&mut self.signal, signal);
+        if self.entries.iter().any(|e| e.overflow.is_some())
+            && let Err(e) = self.reopen()
+        {
+            self.signal = old;
+            self.reopen_or_clear();
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The real-time signal this set's overflows use.
+    pub fn overflow_signal(&self) -> i32 {
+        self.signal
+    }
+
     /// Stops (if running) and closes everything; the same as dropping the
     /// set, with the error of the final disable reported.
     pub fn destroy(mut self) -> Result<()> {
@@ -898,6 +1201,36 @@ fn closed(op: SetOp) -> Error {
         what: "event set",
         reason: format!("cannot {op}: its events are closed after a failed change; remove and re-add them"),
     }
+}
+
+/// PAPI's option rules for overflow: the kernel signals the thread that
+/// owns a sampling descriptor's `F_SETOWN_EX`, which must be the counted
+/// thread for the handler's address and context to be that thread's.
+fn check_overflow_options(o: &Options, event: &str) -> Result<()> {
+    if let Some(pid) = o.attached {
+        return Err(Error::Invalid {
+            what: "overflow",
+            reason: format!(
+                "`{event}` overflows, and the set is attached to task {pid}: its samples would interrupt this set's owner thread with another task's addresses; detach, or sample that task from a set created on one of its threads"
+            ),
+        });
+    }
+    if o.granularity == Granularity::System {
+        return Err(Error::Invalid {
+            what: "overflow",
+            reason: format!(
+                "`{event}` overflows, and a system-wide set counts a CPU, not a thread that could receive the signal; use thread granularity"
+            ),
+        });
+    }
+    if o.granularity == Granularity::Process {
+        return Err(Error::Combination {
+            reason: format!(
+                "`{event}` overflows, and process granularity (inherit) would send the samples of child tasks to this thread's handler; use thread granularity"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The target as a key for counter accounting: the owner by its tid.
@@ -971,18 +1304,23 @@ fn conflict_on_error_state(e: papirus_substrate::Error, group: &Group) -> Error 
     }
 }
 
-/// PAPI's add-time check: enable the group briefly and see that the kernel
-/// scheduled it, so a set that can never count fails to add.
+/// PAPI's add-time check: enable the groups briefly and see that the kernel
+/// scheduled them, so a set that can never count fails to add.
 fn check_schedulable(o: &mut Opened, entries: &[Entry]) -> Result<()> {
-    let g = &o.groups[0];
+    for (n, g) in o.groups.iter().enumerate() {
+        check_group(g, &mut o.scratch[n], entries)?;
+    }
+    Ok(())
+}
+
+fn check_group(g: &Group, c: &mut GroupCounts, entries: &[Entry]) -> Result<()> {
     g.enable()?;
     let mut spin = 0u64;
     for i in 0..10_000u64 {
         spin = std::hint::black_box(spin.wrapping_add(i));
     }
     g.disable()?;
-    g.read_into(&mut o.scratch[0]).map_err(|e| conflict_on_error_state(e, g))?;
-    let c = &o.scratch[0];
+    g.read_into(c).map_err(|e| conflict_on_error_state(e, g))?;
     if c.time_enabled() > 0 && c.time_running() == 0 {
         let last = entries.last().map_or("", |e| e.info.name.as_str());
         return Err(Error::Conflict {
@@ -1018,6 +1356,7 @@ fn preset_entry(name: &str, code: u32, def: &Definition) -> Result<Entry> {
             scale: 1.0,
         },
         attrs,
+        overflow: None,
     })
 }
 
@@ -1286,6 +1625,78 @@ mod tests {
     }
 
     #[test]
+    fn overflow_rules_checked_before_any_descriptor_changes() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        let h: crate::overflow::OverflowHandler = Arc::new(|_| {});
+        let br = s.add_named("PAPI_BR_TKN").unwrap();
+        s.add_named("page-faults").unwrap();
+        let e = s.overflow(br, 1000, 0, h.clone()).unwrap_err();
+        assert_eq!(e.code(), Code::Einval, "{e}");
+        assert!(e.to_string().contains("derived from 2 native events"), "{e}");
+        let e = s.overflow(0x8000_0000u32, 1000, 0, h.clone()).unwrap_err();
+        assert_eq!(e.code(), Code::Enoevnt, "PAPI_L1_DCM is not in the set: {e}");
+        assert!(e.to_string().contains("PAPI_BR_TKN, page-faults"), "{e}");
+        assert_eq!(code(s.overflow("task-clock", 1000, 0, h.clone())), Code::Enoevnt);
+        assert_eq!(code(s.overflow(2usize, 1000, 0, h.clone())), Code::Enoevnt);
+        assert_eq!(s.index_of("PAGE-FAULTS").unwrap(), 1, "names match as added, any case");
+        let before = (k.live_fds(), k.open_events().len());
+        // The mock kernel maps no rings: the failed change keeps the old layout.
+        let e = s.overflow("page-faults", 100, 0, h.clone()).unwrap_err();
+        assert_eq!(e.code(), Code::Esys, "{e}");
+        assert_eq!((k.live_fds(), k.open_events().len()), before);
+        assert_eq!(s.status().bits(), 0x1);
+        assert_eq!(s.overflow_threshold("page-faults").unwrap(), 0);
+        assert!(s.overflow_stats("page-faults").is_none());
+        s.start().unwrap();
+        assert_eq!(code(s.overflow("page-faults", 100, 0, h.clone())), Code::Eisrun);
+        assert_eq!(
+            code(s.profil(1usize, Region::covering(0..64, 4).unwrap(), 100, ProfilFlags::POSIX)),
+            Code::Eisrun
+        );
+        s.stop().unwrap();
+        let r = Region::covering(0..64, 4).unwrap();
+        assert_eq!(code(s.profil(1usize, r, 100, ProfilFlags::FORCE_SW)), Code::Enosupp);
+        assert_eq!(code(s.sprofil(1usize, vec![], 100, ProfilFlags::POSIX)), Code::Einval, "no region");
+        assert!(s.profil(1usize, r, 0, ProfilFlags::POSIX).unwrap().is_none(), "threshold 0: off");
+    }
+
+    #[test]
+    fn breakpoints_get_a_group_of_their_own() {
+        let (lib, k) = lib(4);
+        let mut s = lib.event_set();
+        s.add_all(["page-faults", "mem:0x1000:x", "task-clock", "mem:0x2000:w"]).unwrap();
+        assert_eq!((s.groups(), s.descriptors()), (2, 4));
+        let ev = k.open_events();
+        let (b1, b2) = (&ev[0], &ev[1]);
+        assert!(b1.type_ == PERF_TYPE_BREAKPOINT && b1.leader.is_none() && b1.pinned);
+        assert!(b2.type_ == PERF_TYPE_BREAKPOINT && b2.leader == Some(b1.id));
+        assert!(ev[2].type_ == PERF_TYPE_SOFTWARE && ev[2].config == 2 && ev[2].leader.is_none());
+        assert_eq!(ev[3].leader, Some(ev[2].id));
+        s.start().unwrap();
+        k.set_value(PERF_TYPE_SOFTWARE, 2, 5);
+        k.set_value(PERF_TYPE_BREAKPOINT, 0, 9);
+        assert_eq!(s.stop().unwrap(), vec![5, 9, 0, 9], "values come back in the order added");
+        s.set_multiplex(true).unwrap();
+        assert_eq!(s.groups(), 4, "multiplexing keeps one group per event");
+    }
+
+    #[test]
+    fn status_bits_follow_papi() {
+        let all = Status {
+            running: true,
+            attached: true,
+            cpu_attached: true,
+            multiplexing: true,
+            overflowing: true,
+            profiling: true,
+        };
+        assert_eq!(all.bits(), 0x2 | 0x10 | 0x20 | 0x40 | 0x80 | 0x100);
+        let stopped = Status { running: false, overflowing: true, ..all };
+        assert_eq!(stopped.bits() & 0x3, 0x1);
+    }
+
+    #[test]
     fn dropping_a_running_set_disables_and_closes_everything() {
         let (lib, k) = lib(4);
         let mut s = lib.event_set();
@@ -1294,7 +1705,7 @@ mod tests {
         s.start().unwrap();
         let before = k.ioctls().len();
         drop(s);
-        assert_eq!(k.ioctls()[before..], [papirus_substrate::sys::Ioctl::Disable { group: true }]);
+        assert_eq!(k.ioctls()[before..], [papirus_substrate::sys::Ioctl::Disable { group: false }]);
         assert_eq!(k.live_fds(), 0);
         let mut s = lib.event_set();
         s.add_named("task-clock").unwrap();

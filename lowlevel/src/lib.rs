@@ -14,6 +14,9 @@
 //!   returned [`Library`], so nothing runs uninitialised.
 //! * [`EventSet`] follows PAPI's state machine, with every misuse an
 //!   [`Error`] whose [`Error::code`] is the PAPI code.
+//! * Overflow handlers and PC histograms live on the event set:
+//!   [`EventSet::overflow`], [`EventSet::overflow_deferred`],
+//!   [`EventSet::profil`], [`EventSet::sprofil`] (see [`overflow`], [`profil`]).
 //! * Presets ([`preset`]) are data: `data/preset_list.csv` and
 //!   `data/presets.csv`; native events ([`native`]) use perf's syntax.
 //! * Timers: [`real_cyc`], [`real_nsec`], [`real_usec`], [`virt_cyc`],
@@ -34,7 +37,7 @@ pub mod preset;
 pub mod profil;
 
 pub use error::{Code, Error, Result, SetOp};
-pub use eventset::{EventInfo, EventSet, Granularity, Options, Status, Value};
+pub use eventset::{EventInfo, EventRef, EventSet, Granularity, Options, Status, Value};
 pub use library::{
     Library, Machine, Tid, init, is_initialized, list_threads, real_cyc, real_nsec, real_usec, thread_id,
     virt_cyc, virt_nsec, virt_usec,

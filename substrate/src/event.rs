@@ -13,6 +13,7 @@ use perf_event_open_sys::bindings as b;
 
 use crate::attr::{EventAttr, Kind};
 use crate::error::{Error, Op, Result};
+use crate::sample::Sampling;
 use crate::sys::{self, Errno, Ioctl, Sys};
 
 /// What an event counts on: a task, a CPU, or a task while on one CPU.
@@ -131,17 +132,28 @@ const COUNTER_FORMAT: u64 =
     (b::PERF_FORMAT_TOTAL_TIME_ENABLED | b::PERF_FORMAT_TOTAL_TIME_RUNNING | b::PERF_FORMAT_ID) as u64;
 const COUNTER_BYTES: usize = 32;
 
-/// Opens `attr` on `target` with `read_format`, in `group` if given, and
-/// asks the kernel for the event's id. Every failure is classified.
+/// Opens `attr` on `target` with `read_format`, in `group` if given,
+/// sampling as `sampling` says if given, and asks the kernel for the
+/// event's id. Every failure is classified.
 pub(crate) fn open_fd(
     sys: &dyn Sys,
     attr: &EventAttr,
     target: Target,
     group: Option<BorrowedFd<'_>>,
     read_format: u64,
+    sampling: Option<&Sampling>,
 ) -> Result<(OwnedFd, u64)> {
     let mut raw = attr.to_raw();
+    if let Some(s) = sampling {
+        s.validate(attr.name())?;
+        s.apply(&mut raw);
+    }
+    // After the sampling fields: read(2) of the event keeps the caller's format.
     raw.read_format = read_format;
+    // Members count while their leader does; see `Group::enable`.
+    if group.is_some() {
+        raw.set_disabled(0);
+    }
     let (pid, cpu) = target.pid_cpu();
     let fd = sys
         .perf_event_open(&mut raw, pid, cpu, group, u64::from(b::PERF_FLAG_FD_CLOEXEC))
@@ -191,7 +203,7 @@ impl EventAttr {
     /// Opens this event on `target` through `sys` (a test double, or
     /// [`sys::kernel`]).
     pub fn open_with(&self, sys: Arc<dyn Sys>, target: Target) -> Result<Counter> {
-        let (fd, id) = open_fd(&*sys, self, target, None, COUNTER_FORMAT)?;
+        let (fd, id) = open_fd(&*sys, self, target, None, COUNTER_FORMAT, None)?;
         Ok(Counter {
             fd,
             sys,

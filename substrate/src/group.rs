@@ -23,6 +23,7 @@ use perf_event_open_sys::bindings as b;
 use crate::attr::{EventAttr, Kind};
 use crate::error::{Error, Op, Result};
 use crate::event::{Count, Target, open_fd, word};
+use crate::sample::Sampling;
 use crate::sys::{self, Errno, Ioctl, Sys};
 
 const GROUP_FORMAT: u64 = (b::PERF_FORMAT_GROUP
@@ -81,7 +82,29 @@ impl Group {
 
     /// Like [`Group::open`], through `sys`.
     pub fn open_with(sys: Arc<dyn Sys>, leader: &EventAttr, target: Target) -> Result<Group> {
-        let (fd, id) = open_fd(&*sys, leader, target, None, GROUP_FORMAT)?;
+        Group::open_leader(sys, leader, target, None)
+    }
+
+    /// Like [`Group::open_with`], with a leader that also samples as
+    /// `sampling` says. Its count reads with the group as any member's;
+    /// map its ring with [`RingBuffer::map`](crate::ring::RingBuffer::map)
+    /// on [`Group::fd`] (`sampling`'s data pages and layout).
+    pub fn open_sampling_with(
+        sys: Arc<dyn Sys>,
+        leader: &EventAttr,
+        sampling: &Sampling,
+        target: Target,
+    ) -> Result<Group> {
+        Group::open_leader(sys, leader, target, Some(sampling))
+    }
+
+    fn open_leader(
+        sys: Arc<dyn Sys>,
+        leader: &EventAttr,
+        target: Target,
+        sampling: Option<&Sampling>,
+    ) -> Result<Group> {
+        let (fd, id) = open_fd(&*sys, leader, target, None, GROUP_FORMAT, sampling)?;
         Ok(Group {
             sys,
             target,
@@ -94,8 +117,18 @@ impl Group {
     /// next [`Group::enable`] (a member added to a running group stays
     /// disabled until then).
     pub fn add(&mut self, attr: &EventAttr) -> Result<Member> {
+        self.add_member(attr, None)
+    }
+
+    /// Like [`Group::add`], with a member that also samples (see
+    /// [`Group::open_sampling_with`]).
+    pub fn add_sampling(&mut self, attr: &EventAttr, sampling: &Sampling) -> Result<Member> {
+        self.add_member(attr, Some(sampling))
+    }
+
+    fn add_member(&mut self, attr: &EventAttr, sampling: Option<&Sampling>) -> Result<Member> {
         let leader = self.slots[0].fd.as_fd();
-        let (fd, id) = open_fd(&*self.sys, attr, self.target, Some(leader), GROUP_FORMAT)?;
+        let (fd, id) = open_fd(&*self.sys, attr, self.target, Some(leader), GROUP_FORMAT, sampling)?;
         self.hardware |= attr.kind() == Kind::Hardware;
         self.slots.push(Slot { fd, id, name: attr.name().to_string() });
         Ok(Member { index: self.slots.len() - 1, id })
@@ -148,14 +181,18 @@ impl Group {
         self.sys.ioctl(self.slots[0].fd.as_fd(), ioctl).map_err(|e| self.fail(op, e))
     }
 
-    /// Starts every member (`PERF_EVENT_IOC_ENABLE` with `PERF_IOC_FLAG_GROUP`).
+    /// Starts every member. Only the leader is switched: members are opened
+    /// enabled and count exactly while it does. Switching members with
+    /// `PERF_IOC_FLAG_GROUP` instead leaves them counting nothing behind a
+    /// task-clock leader until the thread is next scheduled in (measured on
+    /// 6.18, see the `group_members_count_behind_any_leader` kernel test).
     pub fn enable(&self) -> Result<()> {
-        self.ioctl(Op::Enable, Ioctl::Enable { group: true })
+        self.ioctl(Op::Enable, Ioctl::Enable { group: false })
     }
 
-    /// Stops every member; values are kept.
+    /// Stops every member (the leader, as for [`Group::enable`]); values are kept.
     pub fn disable(&self) -> Result<()> {
-        self.ioctl(Op::Disable, Ioctl::Disable { group: true })
+        self.ioctl(Op::Disable, Ioctl::Disable { group: false })
     }
 
     /// Zeroes every member's value.
@@ -333,7 +370,31 @@ mod tests {
         g.reset().unwrap();
         assert_eq!(
             mock.ioctls(),
-            vec![Ioctl::Enable { group: true }, Ioctl::Disable { group: true }, Ioctl::Reset { group: true }]
+            vec![
+                Ioctl::Enable { group: false },
+                Ioctl::Disable { group: false },
+                Ioctl::Reset { group: true }
+            ]
+        );
+    }
+
+    #[test]
+    fn sampling_leader_and_member_keep_the_group_read_format() {
+        use crate::sample::{SampleType, Sampling};
+        let mock = MockSys::new();
+        let mut s = Sampling::period(100);
+        s.sample_type(SampleType::IP | SampleType::TID);
+        let mut g =
+            Group::open_sampling_with(mock.clone(), &sw("page-faults", 2), &s, Target::ThisThread).unwrap();
+        g.add(&sw("task-clock", 1)).unwrap();
+        g.add_sampling(&sw("context-switches", 3), &Sampling::period(7)).unwrap();
+        let o = mock.opened();
+        assert!(o.iter().all(|o| o.read_format == GROUP_FORMAT), "one group read covers samplers too");
+        assert_eq!(o.iter().map(|o| o.sample_period).collect::<Vec<_>>(), vec![100, 0, 7]);
+        assert_eq!(o[0].sample_type, (SampleType::IP | SampleType::TID).0);
+        assert_eq!(o[1].sample_type, 0);
+        assert!(
+            Group::open_sampling_with(mock, &sw("x", 2), &Sampling::period(0), Target::ThisThread).is_err()
         );
     }
 

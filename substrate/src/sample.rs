@@ -718,11 +718,11 @@ impl SamplingEvents {
     }
     /// Starts the group counting and sampling.
     pub fn enable(&self) -> Result<()> {
-        self.ioctl(Ioctl::Enable { group: true }, Op::Enable)
+        self.ioctl(Ioctl::Enable { group: false }, Op::Enable)
     }
     /// Stops it.
     pub fn disable(&self) -> Result<()> {
-        self.ioctl(Ioctl::Disable { group: true }, Op::Disable)
+        self.ioctl(Ioctl::Disable { group: false }, Op::Disable)
     }
     /// Zeroes the counts.
     pub fn reset(&self) -> Result<()> {

@@ -1,7 +1,9 @@
 //! Overflow notification by a real-time signal to the thread that owns the
 //! event.
 //!
-//! [`Notifier::attach`] routes a [`Sampler`]'s wakeups to one thread:
+//! [`Notifier::attach`] routes a [`Sampler`]'s wakeups to one thread
+//! ([`Route::attach`] does the same for a sampling event whose descriptor
+//! the caller keeps, such as a member of a counting group):
 //! `F_SETOWN_EX`/`F_OWNER_TID` (that thread only, never another thread of
 //! the process), `F_SETSIG` with a real-time signal (queued, one per
 //! wakeup), then `O_ASYNC`. The process-wide handler drains the rings of
@@ -71,7 +73,7 @@
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -318,15 +320,13 @@ fn install(signal: i32) -> Result<()> {
 }
 
 /// A sampling event whose overflows call a callback on its owning thread.
-/// Dropping it stops the routing, waits for a running handler and frees the
-/// ring.
+/// Dropping it disables the event, stops the routing, waits for a running
+/// handler and frees the ring.
 #[derive(Debug)]
 pub struct Notifier {
+    // Dropped first: the route is gone before the descriptor closes.
+    route: Route,
     events: SamplingEvents,
-    slot: usize,
-    signal: i32,
-    owner: i32,
-    stats: Arc<SharedStats>,
 }
 
 impl Notifier {
@@ -336,10 +336,99 @@ impl Notifier {
     /// [`Notifier::events`].
     pub fn attach(sampler: Sampler, signal: i32, owner: i32, callback: Callback) -> Result<Notifier> {
         let (events, ring) = sampler.into_parts();
-        let name = events.name().to_string();
+        let route = Route::attach(events.sys(), events.fd(), events.name(), ring, signal, owner, callback)?;
+        Ok(Notifier { events, route })
+    }
+
+    /// The event's descriptors: enable, disable, reset, read.
+    pub fn events(&self) -> &SamplingEvents {
+        &self.events
+    }
+    /// The signal used.
+    pub fn signal(&self) -> i32 {
+        self.route.signal
+    }
+    /// The owning thread.
+    pub fn owner(&self) -> i32 {
+        self.route.owner
+    }
+
+    /// What the handler has seen so far.
+    pub fn stats(&self) -> NotifierStats {
+        self.route.stats()
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        // Errors here leave a disabled event whose signals find no
+        // registration; nothing is left to undo. The route is dropped
+        // after this body, while the descriptor is still open.
+        let _ = self.events.disable();
+        let _ = set_routing(self.events.sys(), self.events.fd(), self.events.name(), None);
+    }
+}
+
+/// The routing of one sampling event's overflow signals to a thread, for
+/// an event whose descriptor and ring the caller opened (a member of a
+/// [`Group`](crate::group::Group) opened with
+/// [`Group::add_sampling`](crate::group::Group::add_sampling), say): the
+/// caller keeps the descriptor, the route owns the ring and the callback.
+///
+/// A route touches the descriptor only in [`Route::attach`]. Dropping it
+/// unpublishes the registration, waits for a running handler and frees the
+/// ring; signals that arrive afterwards (the event still enabled, or
+/// already queued) find no registration and are counted by
+/// [`stray_signals`]. Disable the event first when that matters, and drop
+/// the route before closing the descriptor, so that a new descriptor given
+/// the same number cannot be routed to this registration.
+#[derive(Debug)]
+pub struct Route {
+    slot: usize,
+    signal: i32,
+    owner: i32,
+    stats: Arc<SharedStats>,
+}
+
+fn set_routing(
+    sys: &Arc<dyn crate::sys::Sys>,
+    fd: BorrowedFd<'_>,
+    name: &str,
+    to: Option<(i32, i32)>,
+) -> Result<()> {
+    let owner = to.map_or(0, |(owner, _)| owner);
+    let err = |e| Error::from_errno(Op::Ioctl, name, e, false, owner);
+    let flags = sys.fcntl(fd, Fcntl::GetFlags).map_err(err)?;
+    match to {
+        Some((owner, signal)) => {
+            sys.fcntl(fd, Fcntl::SetOwnerThread(owner)).map_err(err)?;
+            sys.fcntl(fd, Fcntl::SetSig(signal)).map_err(err)?;
+            sys.fcntl(fd, Fcntl::SetFlags(flags | libc::O_ASYNC | libc::O_NONBLOCK)).map_err(err)?;
+        }
+        None => {
+            sys.fcntl(fd, Fcntl::SetFlags(flags & !libc::O_ASYNC)).map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+impl Route {
+    /// Routes the overflows of the sampling event `fd` (named `name` in
+    /// errors), whose ring is `ring`, to thread `owner` as `signal` (a
+    /// real-time signal), calling `callback` for every record. Enabling and
+    /// disabling the event is the caller's business.
+    pub fn attach(
+        sys: &Arc<dyn crate::sys::Sys>,
+        fd: BorrowedFd<'_>,
+        name: &str,
+        ring: RingBuffer,
+        signal: i32,
+        owner: i32,
+        callback: Callback,
+    ) -> Result<Route> {
         if !(libc::SIGRTMIN()..=libc::SIGRTMAX()).contains(&signal) {
             return Err(Error::Malformed {
-                event: name,
+                event: name.to_string(),
                 reason: format!(
                     "signal {signal} is not a real-time signal ({}..={}): overflow notification needs a queued signal carrying si_fd",
                     libc::SIGRTMIN(),
@@ -357,7 +446,7 @@ impl Notifier {
             drop(unsafe { Box::from_raw(reg) });
             return Err(Error::Kernel {
                 op: Op::Ioctl,
-                event: name,
+                event: name.to_string(),
                 errno: crate::sys::Errno(libc::ENOSPC),
                 hint: format!("more than {SLOTS} overflow notifiers are attached; detach some"),
             });
@@ -366,31 +455,13 @@ impl Notifier {
         s.owner.store(owner, Ordering::Relaxed);
         s.signal.store(signal, Ordering::Relaxed);
         s.reg.store(reg, Ordering::SeqCst);
-        s.fd.store(events.fd().as_raw_fd(), Ordering::SeqCst);
-        let notifier = Notifier { events, slot, signal, owner, stats };
-        notifier.route(true)?;
-        Ok(notifier)
+        s.fd.store(fd.as_raw_fd(), Ordering::SeqCst);
+        let route = Route { slot, signal, owner, stats };
+        // On failure the route drops here and frees the registration.
+        set_routing(sys, fd, name, Some((owner, signal)))?;
+        Ok(route)
     }
 
-    fn route(&self, on: bool) -> Result<()> {
-        let sys = self.events.sys();
-        let fd = self.events.fd();
-        let err = |e| Error::from_errno(Op::Ioctl, self.events.name(), e, false, self.owner);
-        let flags = sys.fcntl(fd, Fcntl::GetFlags).map_err(err)?;
-        if on {
-            sys.fcntl(fd, Fcntl::SetOwnerThread(self.owner)).map_err(err)?;
-            sys.fcntl(fd, Fcntl::SetSig(self.signal)).map_err(err)?;
-            sys.fcntl(fd, Fcntl::SetFlags(flags | libc::O_ASYNC | libc::O_NONBLOCK)).map_err(err)?;
-        } else {
-            sys.fcntl(fd, Fcntl::SetFlags(flags & !libc::O_ASYNC)).map_err(err)?;
-        }
-        Ok(())
-    }
-
-    /// The event's descriptors: enable, disable, reset, read.
-    pub fn events(&self) -> &SamplingEvents {
-        &self.events
-    }
     /// The signal used.
     pub fn signal(&self) -> i32 {
         self.signal
@@ -419,12 +490,8 @@ impl Notifier {
     }
 }
 
-impl Drop for Notifier {
+impl Drop for Route {
     fn drop(&mut self) {
-        // Errors here leave a disabled event whose signals find no
-        // registration; nothing is left to undo.
-        let _ = self.events.disable();
-        let _ = self.route(false);
         let s = &TABLE[self.slot];
         let reg = s.reg.swap(ptr::null_mut(), Ordering::SeqCst);
         let inside_own_handler = gettid() == self.owner && s.draining.load(Ordering::SeqCst);
@@ -451,6 +518,7 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     const fn send<T: Send>() {}
     send_sync::<Notifier>();
+    send_sync::<Route>();
     send::<RingBuffer>();
     send::<Sampler>();
 };

@@ -348,6 +348,9 @@ pub(crate) mod mock {
         pub exclude_kernel: bool,
         pub exclude_hv: bool,
         pub inherit: bool,
+        /// `sample_period` (0 for a counting event).
+        pub sample_period: u64,
+        pub sample_type: u64,
     }
 
     /// One successful open.
@@ -519,6 +522,9 @@ pub(crate) mod mock {
                 exclude_kernel: attr.exclude_kernel() != 0,
                 exclude_hv: attr.exclude_hv() != 0,
                 inherit: attr.inherit() != 0,
+                // SAFETY: both union members are a u64; freq is 0 in these tests.
+                sample_period: unsafe { attr.__bindgen_anon_1.sample_period },
+                sample_type: attr.sample_type,
             });
             if let Some((errno, size)) = st.open_errors.pop_front() {
                 if let Some(size) = size {

@@ -4,6 +4,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+
+#[path = "papirus-probe/instrument.rs"]
+mod instrument;
 use papirus_dyninst::inventory::{Function, Inventory, Module, Patchability, Plt, glob_match};
 use serde::Serialize;
 
@@ -36,6 +39,15 @@ enum Command {
         Examples:\n  papirus-probe list ./app\n  papirus-probe list --pid 4242 --module libc --functions 'mem*'\n  \
         papirus-probe list ./app --patchable --json")]
     List(ListArgs),
+    /// Start a program with chosen functions instrumented; print its profile at exit.
+    #[command(
+        long_about = "Start a program with chosen functions instrumented at entry and exit;         write the JSON report at exit and print the profile.\n\n        Examples:\n  papirus-probe run -- ./app arg\n  papirus-probe run --functions 'solve*' -o app.json -- ./app"
+    )]
+    Run(instrument::RunArgs),
+    /// Instrument a running process for a while, then detach leaving it uninstrumented.
+    Attach(instrument::AttachArgs),
+    /// Print a report written by `run` or `attach`.
+    Report(instrument::ReportArgs),
 }
 
 #[derive(Args, Debug)]
@@ -72,6 +84,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::List(args) => list(&args),
+        Command::Run(args) => instrument::run(&args),
+        Command::Attach(args) => instrument::attach(&args),
+        Command::Report(args) => instrument::report(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,10 +1,11 @@
 //! Software events: task-clock on this thread, a child and a grandchild;
-//! page-faults; a group of three read in one read().
+//! page-faults; a group of three read in one read(); members counting
+//! behind every leader.
 
 use papirus_substrate::{Group, Scaling, Target};
 
 use crate::util::{
-    Child, FreshPages, best_of_three, context_switches, page_faults, serial, spin_cpu, task_clock,
+    Child, FreshPages, best_of_three, context_switches, page_faults, serial, software, spin_cpu, task_clock,
     thread_cpu_ns,
 };
 
@@ -201,4 +202,30 @@ fn inherited_group_includes_a_grandchild() {
         )
     });
     assert!(err <= TOLERANCE, "{what}");
+}
+
+/// Members count behind every leader, right after enable and after a
+/// disable/reset/enable cycle: a member opened disabled and switched by a
+/// group-wide enable counted nothing behind a task-clock leader until the
+/// thread was next scheduled in (17 of 20 reads of 300 faults gave 0).
+#[test]
+fn group_members_count_behind_any_leader() {
+    let _s = serial();
+    for leader in [task_clock(), page_faults(), context_switches()] {
+        let mut g = Group::open(&leader, Target::ThisThread).expect("leader opens");
+        let m = g.add(&software("minor-faults", 5)).unwrap();
+        for round in 0..5 {
+            let pages = FreshPages::new(GROUP_PAGES);
+            g.reset().unwrap();
+            g.enable().unwrap();
+            pages.touch();
+            g.disable().unwrap();
+            let v = g.read().unwrap()[&m].raw;
+            assert!(
+                (GROUP_PAGES as u64..=GROUP_PAGES as u64 + OWN_FAULT_SLACK).contains(&v),
+                "leader {}, round {round}: {v} minor faults for {GROUP_PAGES} pages",
+                leader.name()
+            );
+        }
+    }
 }

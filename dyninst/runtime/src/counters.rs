@@ -1,0 +1,128 @@
+//! The counters probe: per-thread counter groups read at every entry and
+//! exit through papirus-substrate's user-space read path (mmap pages, rdpmc,
+//! the TSC-extrapolated task clock; `read(2)` where no exact user-space path
+//! exists, e.g. page faults).
+//!
+//! That code is ordinary Rust and may use vector registers and libc, which
+//! the trampolines do not save. So it runs behind an assembly wrapper that
+//! saves and restores the whole extended state (XSAVE, every component XCR0
+//! enables) in a per-thread area around it. The wallclock and empty probes
+//! never reach this code.
+//!
+//! # Safety
+//!
+//! The wrapper gets the calling thread's own tables and their 64-byte
+//! aligned XSAVE area (a zeroed mapping of at least CPUID.0xD's size). The
+//! per-thread reader state is a leaked `Box` owned by that thread only.
+#![allow(unsafe_code)]
+
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicUsize;
+
+use papirus_substrate::{EventAttr, Target, fastread::MappedGroup};
+
+use crate::state::{MAX_EVENTS, Thread};
+use crate::sys;
+
+/// Events the counters probe reads on threads registered from now on.
+pub(crate) static NEVENTS: AtomicUsize = AtomicUsize::new(0);
+/// Their names and attributes, fixed by the first set-up that names events.
+pub(crate) static EVENTS: OnceLock<(Vec<String>, Vec<EventAttr>)> = OnceLock::new();
+
+/// Saves the extended state, reads the counters into `t.cnow`, restores the
+/// state. A naked function, so the hooks call it directly (an exported or
+/// `global_asm!` symbol would be called through the GOT).
+#[unsafe(naked)]
+unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8) {
+    core::arch::naked_asm!(
+        // rdi = thread, rsi = XSAVE area
+        "push rbx",
+        "push r12",
+        "push r13",
+        "mov rbx, rdi",
+        "mov r12, rsi",
+        "mov eax, -1",
+        "mov edx, -1",
+        "xsave64 [r12]",
+        "mov rdi, rbx",
+        "call {inner}",
+        "mov eax, -1",
+        "mov edx, -1",
+        "xrstor64 [r12]",
+        "pop r13",
+        "pop r12",
+        "pop rbx",
+        "ret",
+        inner = sym read_inner,
+    )
+}
+
+/// Address of the reader (for papirus' vector-state checks, which stop there).
+pub fn reader() -> u64 {
+    counters_read as *const () as usize as u64
+}
+
+/// Fills `t.cnow` with this thread's counter values.
+#[inline(always)]
+pub(crate) fn read(t: &Thread) {
+    // SAFETY: `t` is the calling thread's tables and `xsave` its area (module docs).
+    unsafe { counters_read(t, t.xsave) }
+}
+
+struct Reader {
+    group: Option<MappedGroup>,
+    /// Why the group could not be opened (the kernel's reason).
+    error: Option<String>,
+    scratch: Vec<papirus_substrate::Count>,
+}
+
+/// Why a thread reads no counters, when its group could not be opened.
+pub(crate) fn error_of(t: &Thread) -> Option<String> {
+    let p = t.counters.get() as *const Reader;
+    // SAFETY: a non-null pointer is the thread's leaked reader, never freed;
+    // `error` is written before the pointer is published.
+    unsafe { p.as_ref() }.and_then(|r| r.error.clone())
+}
+
+extern "C" fn read_inner(t: *const Thread) {
+    // SAFETY: the wrapper passes the calling thread's live tables.
+    let t = unsafe { &*t };
+    let mut p = t.counters.get() as *mut Reader;
+    if p.is_null() {
+        let opened = match EVENTS.get() {
+            Some((_, attrs)) => {
+                MappedGroup::open(attrs, Target::ThisThread).and_then(|g| g.enable().map(|()| g))
+            }
+            None => Err(papirus_substrate::Error::Malformed {
+                event: String::new(),
+                reason: "no events were set up".into(),
+            }),
+        };
+        let (group, error) = match opened {
+            Ok(g) => (Some(g), None),
+            Err(e) => (None, Some(e.to_string())),
+        };
+        p = Box::into_raw(Box::new(Reader { group, error, scratch: Vec::with_capacity(MAX_EVENTS) }));
+        t.counters.set(p as u64);
+    }
+    // SAFETY: the reader state belongs to this thread alone.
+    let r = unsafe { &mut *p };
+    let Some(g) = &r.group else { return };
+    if g.read_into(&mut r.scratch).is_ok() {
+        for (w, c) in t.cnow.iter().zip(&r.scratch).take(t.nevents as usize) {
+            w.set(c.estimate().unwrap_or(0));
+        }
+    }
+}
+
+/// A zeroed, page-aligned XSAVE area for this CPU, or `None` when the OS has
+/// not enabled XSAVE.
+pub(crate) fn xsave_area() -> Option<*mut u8> {
+    let leaf1 = core::arch::x86_64::__cpuid(1);
+    if leaf1.ecx & (1 << 27) == 0 {
+        return None;
+    }
+    // Leaf 0xD exists when OSXSAVE is set.
+    let size = core::arch::x86_64::__cpuid_count(0xd, 0).ebx as usize;
+    sys::mmap_zeroed(size.max(4096).next_multiple_of(4096))
+}

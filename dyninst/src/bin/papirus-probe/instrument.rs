@@ -1,0 +1,146 @@
+//! `run`, `attach` and `report`: instrument a program or a running process
+//! with the probe runtime, and print what it measured.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use clap::Args;
+use papirus_dyninst::probe::{self, AttachOptions, RunOptions, Selection, SortKey};
+
+/// Options shared by `run` and `attach`.
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// The probe: wallclock (TSC real time), counters (real time plus --events),
+    /// or empty (counts calls only, no clock).
+    #[arg(long, default_value = "wallclock")]
+    probe: String,
+    /// Counter events for the counters probe (1 to 4, e.g. task-clock,page-faults).
+    #[arg(long, value_name = "E,…", value_delimiter = ',')]
+    events: Vec<String>,
+    /// Only functions whose name (stored or demangled) matches one of these globs.
+    #[arg(long, short, value_name = "GLOB,…", value_delimiter = ',')]
+    functions: Vec<String>,
+    /// Instrument this module (basename or path part) instead of the main program.
+    #[arg(long, short, value_name = "M")]
+    module: Option<String>,
+    /// Where the JSON report goes.
+    #[arg(long, short, default_value = "papirus-probe.json")]
+    output: PathBuf,
+}
+
+impl ProbeArgs {
+    fn parts(&self) -> Result<(probe::Probe, Selection, PathBuf), Failure> {
+        let p = probe::parse_probe(&self.probe)?;
+        probe::check_events(p, &self.events)?;
+        let sel = Selection { module: self.module.clone(), functions: self.functions.clone() };
+        Ok((p, sel, probe::find_runtime()?))
+    }
+}
+
+/// `run` arguments.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    probe: ProbeArgs,
+    /// Print the report sorted by this column: excl, incl or calls.
+    #[arg(long, default_value = "excl")]
+    sort: SortKey,
+    /// The program and its arguments.
+    #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
+    command: Vec<OsString>,
+}
+
+/// `attach` arguments.
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// The running process.
+    pid: i32,
+    #[command(flatten)]
+    probe: ProbeArgs,
+    /// Measure this many seconds, then detach (default: until Ctrl-C).
+    #[arg(long, value_name = "S")]
+    duration: Option<f64>,
+    /// Print the report sorted by this column: excl, incl or calls.
+    #[arg(long, default_value = "excl")]
+    sort: SortKey,
+}
+
+/// `report` arguments.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// A JSON report written by `run` or `attach`.
+    file: PathBuf,
+    /// Only this thread (kernel thread id).
+    #[arg(long)]
+    thread: Option<u32>,
+    /// Sort by excl, incl or calls.
+    #[arg(long, default_value = "excl")]
+    sort: SortKey,
+}
+
+type Failure = Box<dyn std::error::Error>;
+
+fn print_report(file: &std::path::Path, thread: Option<u32>, sort: SortKey) -> Result<(), Failure> {
+    let r = probe::read_report(file)?;
+    print!("{}", probe::format_report(&r, thread, sort));
+    Ok(())
+}
+
+/// `papirus-probe run`.
+pub fn run(args: &RunArgs) -> Result<(), Failure> {
+    let (p, selection, runtime) = args.probe.parts()?;
+    let opts = RunOptions {
+        probe: p,
+        events: args.probe.events.clone(),
+        selection,
+        output: args.probe.output.clone(),
+        program: PathBuf::from(&args.command[0]),
+        args: args.command[1..].to_vec(),
+        runtime,
+    };
+    let s = probe::run(&opts)?;
+    probe::print_summary(s.installed, &s.refused);
+    eprintln!("papirus-probe: pid {} {}; report in {}", s.pid, s.exit, s.output.display());
+    print_report(&s.output, None, args.sort)
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// `papirus-probe attach`.
+pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
+    let (p, selection, runtime) = args.probe.parts()?;
+    let duration = args.duration.map(Duration::from_secs_f64);
+    if duration.is_none() {
+        // Ctrl-C is taken by a thread waiting for it, so it ends the
+        // measurement (and the detach still happens) instead of the tool.
+        let mut sigint = nix::sys::signal::SigSet::empty();
+        sigint.add(nix::sys::signal::Signal::SIGINT);
+        sigint.thread_block()?;
+        std::thread::spawn(move || {
+            if sigint.wait().is_ok() {
+                STOP.store(true, Ordering::Relaxed);
+            }
+        });
+        eprintln!("papirus-probe: measuring pid {} until Ctrl-C", args.pid);
+    }
+    let opts = AttachOptions {
+        pid: args.pid,
+        probe: p,
+        events: args.probe.events.clone(),
+        selection,
+        output: args.probe.output.clone(),
+        duration,
+        runtime,
+    };
+    let (installed, refused) = probe::attach(&opts, &STOP)?;
+    probe::print_summary(installed, &refused);
+    eprintln!("papirus-probe: detached from pid {}; report in {}", args.pid, args.probe.output.display());
+    print_report(&args.probe.output, None, args.sort)
+}
+
+/// `papirus-probe report`.
+pub fn report(args: &ReportArgs) -> Result<(), Failure> {
+    print_report(&args.file, args.thread, args.sort)
+}

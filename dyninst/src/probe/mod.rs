@@ -1,0 +1,394 @@
+//! The probe tool's work: choose a target's functions, load the probe
+//! runtime into it, patch the functions with trampolines that call the
+//! runtime, and read the report it writes (`papirus-probe run`, `attach`,
+//! `report`).
+//!
+//! The runtime (`libpapirus_probe_runtime.so`) is found with no configuration
+//! beside the running executable: cargo builds it with papirus-probe into
+//! `target/<profile>/deps/` (and copies it to `target/<profile>/` when the
+//! runtime package is built by name); the newest copy wins. `$PAPIRUS_PROBE_RUNTIME`
+//! overrides.
+
+mod attach;
+mod report;
+mod run;
+
+use std::path::{Path, PathBuf};
+
+use nix::sys::mman::ProtFlags;
+pub use papirus_probe_runtime::{Probe, Report, Session};
+
+pub use attach::{AttachOptions, attach};
+pub use report::{SortKey, format_report};
+pub use run::{RunOptions, RunSummary, run};
+
+use crate::inventory::{Inventory, glob_match};
+use crate::patch::{
+    AddressSpace, CATCH_BEGIN, FunctionSpec, Installed, PatchError, Patcher, Refusal, Refused, UNWIND_BEGIN,
+};
+use crate::process::Process;
+
+/// File name of the runtime library.
+pub const RUNTIME_FILE: &str = "libpapirus_probe_runtime.so";
+/// Environment variable that overrides where the runtime is looked for.
+pub const RUNTIME_ENV: &str = "PAPIRUS_PROBE_RUNTIME";
+/// Names that are never entry points reached by a call.
+const NOT_CALLED: [&str; 3] = ["_start", "_dl_start", "_dl_start_user"];
+
+/// Failures of the probe tool.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// Process control or inventory.
+    #[error(transparent)]
+    Dyninst(#[from] crate::Error),
+    /// Patching.
+    #[error(transparent)]
+    Patch(#[from] PatchError),
+    /// The runtime library is not where it should be.
+    #[error(
+        "the probe runtime {RUNTIME_FILE} is not beside {exe} nor named by ${RUNTIME_ENV}: \
+         build it with `cargo build -p papirus-probe-runtime` (same profile as papirus-probe)"
+    )]
+    NoRuntime {
+        /// The running executable.
+        exe: PathBuf,
+    },
+    /// A file the tool reads or writes.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A report that does not parse.
+    #[error("{path} is not a papirus probe report: {source}")]
+    BadReport {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// A report of another format version.
+    #[error("{path} has report format {found}; this papirus-probe reads format {expected}")]
+    ReportVersion {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u32,
+        /// Ours.
+        expected: u32,
+    },
+    /// No function matched the selection.
+    #[error("no function of {modules} matches {globs}: see `papirus-probe list`")]
+    NothingSelected {
+        /// Modules searched.
+        modules: String,
+        /// The globs.
+        globs: String,
+    },
+    /// The runtime refused its session inside the target.
+    #[error("the probe runtime in pid {pid} could not read its session {}: see the program's stderr", path.display())]
+    Setup {
+        /// The target.
+        pid: i32,
+        /// The session file.
+        path: PathBuf,
+    },
+    /// An unknown probe name.
+    #[error("unknown probe `{0}`: use wallclock, counters or empty")]
+    UnknownProbe(String),
+    /// Events given to a probe that reads none, or a bad event list.
+    #[error("{0}")]
+    Events(String),
+}
+
+/// Finds the runtime library.
+pub fn find_runtime() -> Result<PathBuf, ProbeError> {
+    if let Some(p) = std::env::var_os(RUNTIME_ENV) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|source| ProbeError::Io {
+        op: "locate",
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    // cargo builds the cdylib into target/<profile>/deps and copies it up to
+    // target/<profile>/ only when the runtime package itself is built: take
+    // the newest copy. Test binaries live in deps/ themselves.
+    [dir.join(RUNTIME_FILE), dir.join("deps").join(RUNTIME_FILE), dir.join("..").join(RUNTIME_FILE)]
+        .into_iter()
+        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+        .max_by_key(|(t, _)| *t)
+        .map(|(_, p)| p)
+        .ok_or(ProbeError::NoRuntime { exe })
+}
+
+/// Parses a probe name.
+pub fn parse_probe(name: &str) -> Result<Probe, ProbeError> {
+    match name {
+        "wallclock" => Ok(Probe::Wallclock),
+        "empty" => Ok(Probe::Empty),
+        "counters" => Ok(Probe::Counters),
+        other => Err(ProbeError::UnknownProbe(other.to_string())),
+    }
+}
+
+/// Checks a probe's event list here, before the target is touched: the
+/// counters probe needs 1 to 4 events papirus-substrate can parse, the others none.
+pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
+    match probe {
+        Probe::Counters if events.is_empty() || events.len() > 4 => Err(ProbeError::Events(
+            "the counters probe reads 1 to 4 events: --events task-clock,page-faults".into(),
+        )),
+        Probe::Counters => {
+            for e in events {
+                papirus_substrate::parse_event(e)
+                    .map_err(|err| ProbeError::Events(format!("event {e}: {err}")))?;
+            }
+            Ok(())
+        }
+        _ if !events.is_empty() => {
+            Err(ProbeError::Events(format!("--events needs --probe counters (probe is {})", probe.name())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Which functions to instrument.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Modules whose basename equals, or whose path contains, this; the main program when `None`.
+    pub module: Option<String>,
+    /// Function globs (stored or demangled names); every function when empty.
+    pub functions: Vec<String>,
+}
+
+/// The runtime's entry points inside the target.
+#[derive(Debug, Clone, Copy)]
+struct TargetHooks {
+    enter: u64,
+    unwind_begin: u64,
+    catch: u64,
+    setup: u64,
+    flush: u64,
+}
+
+impl TargetHooks {
+    fn find(p: &Process) -> Result<TargetHooks, ProbeError> {
+        let module = RUNTIME_FILE.trim_end_matches(".so");
+        let f = |name| p.module_function(module, name);
+        Ok(TargetHooks {
+            enter: f("papirus_probe_enter")?,
+            unwind_begin: f("papirus_probe_unwind_begin")?,
+            catch: f("papirus_probe_catch")?,
+            setup: f("papirus_probe_setup")?,
+            flush: f("papirus_probe_flush")?,
+        })
+    }
+}
+
+/// The chosen functions (names for the session; specs for the patcher, ids in order)
+/// plus the unwinder's entry points.
+fn select(
+    inv: &Inventory,
+    sel: &Selection,
+    hooks: &TargetHooks,
+    entry: Option<u64>,
+) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
+    let modules: Vec<_> = inv
+        .modules
+        .iter()
+        .filter(|m| match &sel.module {
+            Some(pat) => m.matches(pat),
+            None => m.is_main,
+        })
+        .filter(|m| !m.basename().starts_with("libpapirus_probe_runtime"))
+        .collect();
+    let mut names = Vec::new();
+    let mut specs = Vec::new();
+    for m in &modules {
+        for f in &m.functions {
+            let wanted = sel.functions.is_empty()
+                || sel.functions.iter().any(|g| {
+                    glob_match(g, &f.name) || f.demangled.as_deref().is_some_and(|d| glob_match(g, d))
+                });
+            let called = !NOT_CALLED.contains(&f.name.as_str())
+                && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
+            if !wanted || !called || f.size == 0 || f.kind != papirus_substrate::elf::SymbolKind::Function {
+                continue;
+            }
+            specs.push(FunctionSpec {
+                name: f.display_name().to_string(),
+                addr: f.address,
+                size: f.size,
+                hook: hooks.enter,
+                arg: names.len() as u32,
+            });
+            names.push(f.display_name().to_string());
+        }
+    }
+    if specs.is_empty() {
+        return Err(ProbeError::NothingSelected {
+            modules: modules.iter().map(|m| m.basename()).collect::<Vec<_>>().join(", "),
+            globs: if sel.functions.is_empty() { "*".into() } else { sel.functions.join(",") },
+        });
+    }
+    // The unwinder and the C++ runtime, wherever they are loaded.
+    for name in UNWIND_BEGIN.iter().copied().chain([CATCH_BEGIN]) {
+        let hook = if name == CATCH_BEGIN { hooks.catch } else { hooks.unwind_begin };
+        if let Some(f) = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0)) {
+            specs.push(FunctionSpec { name: name.to_string(), addr: f.address, size: f.size, hook, arg: 0 });
+        }
+    }
+    Ok((names, specs))
+}
+
+/// Writes the session file the runtime reads.
+fn write_session(
+    path: &Path,
+    probe: Probe,
+    events: &[String],
+    names: Vec<String>,
+    output: &Path,
+) -> Result<(), ProbeError> {
+    let session = Session {
+        format_version: papirus_probe_runtime::FORMAT_VERSION,
+        probe,
+        events: events.to_vec(),
+        functions: names,
+        output: std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf()),
+    };
+    let text = serde_json::to_string(&session).expect("sessions serialise");
+    std::fs::write(path, text).map_err(|source| ProbeError::Io {
+        op: "write session",
+        path: path.into(),
+        source,
+    })
+}
+
+/// Calls `func(path)` in the target with `path` copied into its memory; returns the result.
+fn call_with_path(p: &mut Process, func: u64, path: &Path) -> Result<u64, ProbeError> {
+    let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
+    bytes.push(0);
+    let page = p.mmap_anywhere(bytes.len() as u64, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
+    let r = p.write_memory(page, &bytes).and_then(|()| p.call(func, &[page]));
+    let unmapped = p.munmap(page, bytes.len() as u64);
+    let r = r?;
+    unmapped?;
+    Ok(r)
+}
+
+/// The target's memory as seen by the patcher: reads and code writes through
+/// the ptrace helper (`/proc/PID/mem`), arenas by a remote `mmap` near the code.
+#[derive(Debug)]
+pub struct RemoteSpace<'a> {
+    process: &'a mut Process,
+}
+
+impl<'a> RemoteSpace<'a> {
+    /// The memory of a stopped process.
+    pub fn new(process: &'a mut Process) -> Self {
+        RemoteSpace { process }
+    }
+}
+
+fn target_err(e: crate::Error) -> PatchError {
+    PatchError::Target(e.to_string())
+}
+
+impl AddressSpace for RemoteSpace<'_> {
+    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), PatchError> {
+        self.process.read_memory(addr, buf).map_err(target_err)
+    }
+
+    fn write_code(&mut self, addr: u64, bytes: &[u8]) -> Result<(), PatchError> {
+        self.process.write_memory(addr, bytes).map_err(target_err)
+    }
+
+    fn map_code_near(&mut self, near: u64, len: u64) -> Result<u64, PatchError> {
+        self.process
+            .mmap_near(near..near + 1, len, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)
+            .map_err(target_err)
+    }
+}
+
+/// Rounds of letting the target run when a thread is stopped inside the
+/// bytes a jump would replace.
+const PC_ROUNDS: usize = 20;
+/// How long the target runs between rounds.
+const PC_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// Patches `specs` in the stopped process in one batch. A function some thread
+/// is stopped inside (past its first byte, within the bytes the jump replaces)
+/// is retried after letting the process run for a moment, up to
+/// [`PC_ROUNDS`] times, then refused. The patches stay when this returns.
+fn patch_stopped(
+    p: &mut Process,
+    specs: &[FunctionSpec],
+) -> Result<(Vec<Installed>, Vec<Refused>), ProbeError> {
+    let (mut installed, mut refused) = (Vec::new(), Vec::new());
+    let mut todo = specs.to_vec();
+    for round in 0..=PC_ROUNDS {
+        if round > 0 {
+            p.run_for(PC_PAUSE)?;
+        }
+        let mut pcs = Vec::new();
+        for tid in p.threads() {
+            pcs.push(p.regs(tid)?.rip);
+        }
+        let mut patcher = Patcher::new(RemoteSpace::new(p));
+        patcher.set_thread_pcs(pcs);
+        let outcome = patcher.instrument(&todo)?;
+        patcher.keep();
+        installed.extend(outcome.installed);
+        let (busy, other): (Vec<Refused>, Vec<Refused>) =
+            outcome.refused.into_iter().partition(|r| r.reason == Refusal::ThreadInside);
+        refused.extend(other);
+        if busy.is_empty() || round == PC_ROUNDS {
+            refused.extend(busy);
+            break;
+        }
+        todo.retain(|f| busy.iter().any(|b| b.addr == f.addr && b.name == f.name));
+    }
+    Ok((installed, refused))
+}
+
+/// Restores patched functions in the stopped process.
+fn unpatch_stopped(p: &mut Process, installed: Vec<Installed>) -> Result<(), ProbeError> {
+    let mut patcher = Patcher::adopt(RemoteSpace::new(p), installed);
+    patcher.remove_all()?;
+    Ok(())
+}
+
+/// Prints what was instrumented and refused (to stderr: the program owns stdout).
+pub fn print_summary(installed: usize, refused: &[Refused]) {
+    for r in refused {
+        eprintln!("papirus-probe: refused {} at {:#x}: {}", r.name, r.addr, r.reason);
+    }
+    eprintln!("papirus-probe: instrumented {installed} functions, refused {}", refused.len());
+}
+
+/// Reads a report file.
+pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ProbeError::Io {
+        op: "read report",
+        path: path.into(),
+        source,
+    })?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|source| ProbeError::BadReport { path: path.into(), source })?;
+    let found = v.get("format_version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+    if found != papirus_probe_runtime::FORMAT_VERSION {
+        return Err(ProbeError::ReportVersion {
+            path: path.into(),
+            found,
+            expected: papirus_probe_runtime::FORMAT_VERSION,
+        });
+    }
+    serde_json::from_value(v).map_err(|source| ProbeError::BadReport { path: path.into(), source })
+}
