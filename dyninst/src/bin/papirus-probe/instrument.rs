@@ -10,7 +10,7 @@ use clap::Args;
 use papirus_dyninst::probe::{self, AttachOptions, RunOptions, Selection, SortKey};
 
 /// Options shared by `run` and `attach`.
-#[derive(Args, Debug)]
+#[derive(Clone, Args, Debug)]
 pub struct ProbeArgs {
     /// The probe: wallclock (TSC real time), counters (real time plus --events),
     /// or empty (counts calls only, no clock).
@@ -50,6 +50,49 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     command: Vec<OsString>,
+}
+
+/// `demo` arguments.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    probe: ProbeArgs,
+    /// Print the report sorted by this column: excl, incl or calls.
+    #[arg(long, default_value = "excl")]
+    sort: SortKey,
+}
+
+/// The bundled example: nested calls, recursion, several return paths, a
+/// tail call, many arguments, threads and a longjmp.
+const DEMO_SOURCE: &str = include_str!("../../../tests/targets/probe_program.c");
+
+/// `papirus-probe demo`: builds the bundled example with gcc and runs it
+/// instrumented, as `run` would.
+pub fn demo(args: &DemoArgs) -> Result<(), Failure> {
+    let dir = std::env::temp_dir().join(format!("papirus-probe-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("probe_program.c");
+    let exe = dir.join("probe_program");
+    std::fs::write(&src, DEMO_SOURCE)?;
+    let built = std::process::Command::new("gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .map_err(|e| {
+            format!("cannot run gcc to build the demo program ({e}): install it (apt-get install gcc)")
+        })?;
+    if !built.success() {
+        return Err(format!("gcc failed to build the demo program {} ({built})", src.display()).into());
+    }
+    eprintln!("papirus-probe: built the demo program {} from the bundled source", exe.display());
+    let result = run(&RunArgs {
+        probe: args.probe.clone(),
+        sort: args.sort,
+        command: vec![exe.clone().into_os_string()],
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// `attach` arguments.
