@@ -104,3 +104,55 @@ fn help_lists_the_probe_rows() {
         assert!(out.contains(name), "--help does not mention {name}");
     }
 }
+
+#[test]
+fn run_with_a_cost_file_predicts_the_overhead() {
+    if !gcc_runs() {
+        println!("gcc does not run here: no target program, not checked");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let costs = dir.path().join("costs.json");
+    let (ok, _) = probe_calibrate(&["--quick", "--only", "probe", "--json", costs.to_str().unwrap()]);
+    assert!(ok);
+    let file = CostFile::load(&costs).unwrap();
+    let program = dir.path().join("probe_program");
+    let built = Command::new("gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&program)
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/targets/probe_program.c"))
+        .status()
+        .unwrap();
+    assert!(built.success());
+    let report = dir.path().join("report.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["run", "--costs"])
+        .arg(&costs)
+        .arg("-o")
+        .arg(&report)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let r: papirus_probe_runtime::Report = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let calls: u64 = r.threads.iter().flat_map(|t| &t.functions).map(|f| f.calls).sum();
+    let line =
+        stdout.lines().find(|l| l.starts_with("predicted instrumentation overhead")).expect("no prediction");
+    let added = file.median_ns(WALLCLOCK).unwrap() - file.median_ns(UNINSTRUMENTED).unwrap();
+    assert!(line.contains(&format!(": {calls} calls × {:.1} ns ({WALLCLOCK}", added.max(0.0))), "{line}");
+
+    // A file that is no cost file is refused before the program runs.
+    std::fs::write(&costs, "{}").unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["run", "--costs"])
+        .arg(&costs)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a papirus cost file"));
+    assert!(bad.stdout.is_empty(), "the program ran although the cost file is bad");
+}

@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::hint::black_box;
 use std::rc::Rc;
 
-use papirus_calibrate::{Bench, Cost, Registry, RowResult};
+use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult};
 use papirus_probe_runtime::Probe;
 
 use super::cost::{Body, Target, Tiny};
@@ -213,5 +213,123 @@ pub fn register(reg: &mut Registry) {
             );
             reg.add_unavailable(UFTRACE, D_UFTRACE, &reason);
         }
+    }
+}
+
+/// Paradyn's cost model applied to a probe report: how much time the
+/// instrumentation added, predicted from a machine cost file's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    /// Instrumented calls in the report, all threads.
+    pub calls: u64,
+    /// The cost file row used.
+    pub row: &'static str,
+    /// What one call adds: the row's median minus the uninstrumented call's.
+    pub added_ns: f64,
+    /// `calls × added_ns`.
+    pub total_ns: f64,
+    /// A caveat, e.g. the counters row measured other events than the report's.
+    pub note: Option<String>,
+}
+
+impl std::fmt::Display for Prediction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "predicted instrumentation overhead: {} calls × {:.1} ns ({} − {UNINSTRUMENTED}) = {:.3} ms",
+            self.calls,
+            self.added_ns,
+            self.row,
+            self.total_ns / 1e6
+        )?;
+        if let Some(n) = &self.note {
+            write!(f, " ({n})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Predicts the overhead of the run `report` describes from `costs` (rows
+/// written by `papirus-probe calibrate --json`), or says which row is missing.
+pub fn predict(costs: &CostFile, report: &papirus_probe_runtime::Report) -> Result<Prediction, String> {
+    let (row, note) = match report.probe.as_str() {
+        "empty" => (EMPTY, None),
+        "wallclock" => (WALLCLOCK, None),
+        "counters" if report.events.iter().map(String::as_str).eq(["task-clock"]) => (COUNTERS, None),
+        "counters" => {
+            (COUNTERS, Some(format!("measured with task-clock, this run read {}", report.events.join(","))))
+        }
+        other => return Err(format!("no cost file row for the `{other}` probe")),
+    };
+    let missing = |name: &str| {
+        format!("the cost file has no {name} row: write one with `papirus-probe calibrate --json FILE`")
+    };
+    let probed = costs.median_ns(row).ok_or_else(|| missing(row))?;
+    let base = costs.median_ns(UNINSTRUMENTED).ok_or_else(|| missing(UNINSTRUMENTED))?;
+    let calls = report.threads.iter().flat_map(|t| &t.functions).map(|f| f.calls).sum::<u64>();
+    let added_ns = (probed - base).max(0.0);
+    Ok(Prediction { calls, row, added_ns, total_ns: calls as f64 * added_ns, note })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn costs(rows: &[(&str, f64)]) -> CostFile {
+        let cost = |(name, ns): &(&str, f64)| {
+            serde_json::json!({
+                "name": name, "description": "", "samples": 1, "batch": 1,
+                "cycles": {"min": ns, "median": ns, "p99": ns, "max": ns},
+                "ns": {"min": ns, "median": ns, "p99": ns, "max": ns},
+            })
+        };
+        let v = serde_json::json!({
+            "format_version": papirus_calibrate::FORMAT_VERSION, "generator": "test", "machine": {},
+            "tsc_hz": 1e9, "costs": rows.iter().map(cost).collect::<Vec<_>>(),
+        });
+        CostFile::from_json(&v.to_string()).unwrap()
+    }
+
+    fn report(probe: &str, events: &[&str], calls: &[&[u64]]) -> papirus_probe_runtime::Report {
+        use papirus_probe_runtime::{FORMAT_VERSION, FunctionReport, Report, ThreadReport};
+        let threads = calls
+            .iter()
+            .zip(1..)
+            .map(|(fs, tid)| ThreadReport {
+                tid,
+                functions: (0..)
+                    .zip(fs.iter())
+                    .map(|(id, &calls)| FunctionReport { id, calls, exits: calls, ..Default::default() })
+                    .collect(),
+                callees: Vec::new(),
+                open: 0,
+                reentered: 0,
+                overflow: 0,
+                edge_overflow: 0,
+                counters_error: None,
+            })
+            .collect();
+        Report {
+            format_version: FORMAT_VERSION,
+            probe: probe.into(),
+            pid: 1,
+            ticks_per_second: 1e9,
+            events: events.iter().map(|e| e.to_string()).collect(),
+            functions: vec!["a".into(), "b".into()],
+            threads,
+        }
+    }
+
+    #[test]
+    fn calls_times_the_added_cost_of_the_probe_row() {
+        let c = costs(&[(UNINSTRUMENTED, 2.0), (WALLCLOCK, 42.0), (COUNTERS, 402.0)]);
+        let p = predict(&c, &report("wallclock", &[], &[&[10, 20], &[30]])).unwrap();
+        assert_eq!((p.calls, p.row, p.added_ns, p.total_ns), (60, WALLCLOCK, 40.0, 2400.0));
+        assert!(p.note.is_none());
+        let p = predict(&c, &report("counters", &["page-faults"], &[&[5]])).unwrap();
+        assert_eq!((p.row, p.total_ns), (COUNTERS, 2000.0));
+        assert!(p.note.unwrap().contains("page-faults"));
+        let e = predict(&c, &report("empty", &[], &[&[5]])).unwrap_err();
+        assert!(e.contains(EMPTY), "{e}");
     }
 }
