@@ -47,6 +47,9 @@ pub enum Body {
 }
 
 impl Body {
+    /// Every body, in declaration order (so `b as usize` indexes it).
+    pub const ALL: [Body; 4] = [Body::Patched, Body::Reference, Body::Typical, Body::Nop5];
+
     /// Its symbol.
     pub fn symbol(self) -> &'static str {
         match self {
@@ -128,6 +131,9 @@ pub struct Target {
     dir: PathBuf,
     path: PathBuf,
     handle: usize,
+    /// Addresses of the [`Body`]s, in [`Body::ALL`] order.
+    bodies: [usize; 4],
+    drive: usize,
 }
 
 fn dlerror() -> String {
@@ -150,7 +156,7 @@ impl Target {
         ));
         std::fs::create_dir_all(&dir).map_err(|source| CostError::Io { path: dir.clone(), source })?;
         // From here on the directory goes away with `t` (or on an early return).
-        let mut t = Target { path: dir.join("libprobe_cost.so"), dir, handle: 0 };
+        let mut t = Target { path: dir.join("libprobe_cost.so"), dir, handle: 0, bodies: [0; 4], drive: 0 };
         let src = t.dir.join("probe_bench.c");
         std::fs::write(&src, SOURCE).map_err(|source| CostError::Io { path: src.clone(), source })?;
         let out = Command::new("gcc")
@@ -172,10 +178,10 @@ impl Target {
         if t.handle == 0 {
             return Err(CostError::Load { path: t.path.clone(), reason: dlerror() });
         }
-        for b in [Body::Patched, Body::Reference, Body::Typical, Body::Nop5] {
-            t.addr(b.symbol())?;
+        for (i, b) in Body::ALL.into_iter().enumerate() {
+            t.bodies[i] = t.addr(b.symbol())?;
         }
-        t.addr("drive")?;
+        t.drive = t.addr("drive")?;
         Ok(t)
     }
 
@@ -193,17 +199,17 @@ impl Target {
 
     /// The body `b` as a function pointer.
     pub fn tiny(&self, b: Body) -> Tiny {
-        // `build` checked every symbol.
-        let a = self.addr(b.symbol()).unwrap_or_else(|_| unreachable!("checked by build"));
-        // SAFETY: every body in SOURCE is `int (int, int)`, and the library stays loaded with `self`.
+        let a = self.bodies[b as usize];
+        // SAFETY: a non-null dlsym result of a body, all `int (int, int)` in SOURCE;
+        // the library stays loaded with `self`.
         unsafe { std::mem::transmute::<usize, Tiny>(a) }
     }
 
     /// `drive`, which calls a body `n` times from C.
     pub fn drive(&self) -> Drive {
-        let a = self.addr("drive").unwrap_or_else(|_| unreachable!("checked by build"));
-        // SAFETY: `drive` is `long (int (*)(int, int), long)` in SOURCE; the library stays loaded.
-        unsafe { std::mem::transmute::<usize, Drive>(a) }
+        // SAFETY: the non-null dlsym result of `drive`, `long (int (*)(int, int), long)` in
+        // SOURCE; the library stays loaded with `self`.
+        unsafe { std::mem::transmute::<usize, Drive>(self.drive) }
     }
 
     /// The size of `b`'s body, from the library's symbol table.
@@ -226,7 +232,7 @@ impl Target {
         let id = rt::register_functions(&[Body::Patched.symbol()])?.start;
         let spec = FunctionSpec {
             name: Body::Patched.symbol().into(),
-            addr: self.addr(Body::Patched.symbol())? as u64,
+            addr: self.bodies[Body::Patched as usize] as u64,
             size: self.size(Body::Patched)?,
             hook: rt::hooks().enter,
             arg: id,
