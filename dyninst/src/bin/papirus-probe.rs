@@ -54,6 +54,15 @@ enum Command {
         function instrumented, printing the profile. Takes the options of `run`.\n\n\
         Example:\n  papirus-probe demo --probe counters --events task-clock,page-faults")]
     Demo(instrument::DemoArgs),
+    /// papirus-calibrate with the probe rows: what an instrumented call costs
+    /// here (trampoline with each probe, uprobe+uretprobe, the uninstrumented
+    /// call) beside every papirus primitive; `calibrate --help` for its options.
+    #[command(disable_help_flag = true)]
+    Calibrate {
+        /// papirus-calibrate's options (e.g. `--quick --only probe --json FILE`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -90,6 +99,13 @@ fn main() -> ExitCode {
     papirus_substrate::sys::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Calibrate { args } => {
+            return papirus_calibrate::cli::main_with_args(
+                "papirus-probe calibrate",
+                args,
+                papirus_dyninst::probe::calibrate::register,
+            );
+        }
         Command::List(args) => list(&args),
         Command::Run(args) => instrument::run(&args),
         Command::Attach(args) => instrument::attach(&args),
