@@ -156,10 +156,22 @@ fn pin(cpu: usize) -> Result<(), String> {
 
 /// Runs `papirus-calibrate` with the built-in rows plus those `extra` adds.
 pub fn main_with(extra: impl FnOnce(&mut Registry)) -> ExitCode {
+    main_with_args("papirus-calibrate", std::env::args_os().skip(1), extra)
+}
+
+/// Runs `papirus-calibrate` as the command `name` (e.g. a subcommand,
+/// `papirus-probe calibrate`) on `args` (without the program name), with the
+/// built-in rows plus those `extra` adds.
+pub fn main_with_args(
+    name: &'static str,
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+    extra: impl FnOnce(&mut Registry),
+) -> ExitCode {
     let mut reg = Registry::builtin();
     extra(&mut reg);
-    let cmd = Options::command().after_long_help(rows_help(&reg));
-    let opts = match cmd.try_get_matches().and_then(|m| Options::from_arg_matches(&m)) {
+    let cmd = Options::command().name(name).bin_name(name).after_long_help(rows_help(&reg));
+    let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args);
+    let opts = match cmd.try_get_matches_from(argv).and_then(|m| Options::from_arg_matches(&m)) {
         Ok(o) => o,
         Err(e) => {
             let _ = e.print();

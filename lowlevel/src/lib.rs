@@ -24,6 +24,7 @@
 #![deny(unsafe_code)]
 
 pub mod avail;
+pub mod cli;
 pub mod derived;
 pub mod error;
 pub mod eventset;

@@ -43,6 +43,7 @@ use perf_event_open_sys::bindings as b;
 use serde::Serialize;
 
 use crate::arch;
+use crate::attr::{EventAttr, Kind};
 use crate::mmap::{NativeCpu, mul_shift, page_size};
 use crate::sys;
 
@@ -335,15 +336,9 @@ fn from_hz(hz: f64, method: TscMethod) -> Conv {
 
 /// The kernel's conversion from a perf page of a dummy event on this thread.
 fn kernel_conversion(k: &dyn sys::Sys) -> Option<Conv> {
-    let mut attr = b::perf_event_attr {
-        type_: b::PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<b::perf_event_attr>() as u32,
-        config: u64::from(b::PERF_COUNT_SW_DUMMY),
-        ..Default::default()
-    };
-    attr.set_disabled(1);
-    attr.set_exclude_kernel(1);
-    attr.set_exclude_hv(1);
+    // Disabled and user-only, as descriptions are by default.
+    let dummy = u64::from(b::PERF_COUNT_SW_DUMMY);
+    let mut attr = EventAttr::new("dummy", Kind::Software, b::PERF_TYPE_SOFTWARE, dummy).to_raw();
     let fd = k.perf_event_open(&mut attr, 0, -1, None, 0).ok()?;
     use std::os::fd::AsFd;
     let map = k.mmap(fd.as_fd(), page_size()).ok()?;
@@ -457,37 +452,8 @@ mod tests {
 
     #[test]
     fn kernel_page_conversion_is_taken_verbatim() {
-        use crate::mmap::{Caps, Mapping, PageImage, TimeConv};
-        use crate::sys::{Errno, Ioctl, Sys, perf_event_attr};
-        use std::os::fd::{BorrowedFd, OwnedFd};
-        use std::sync::Arc;
-
-        #[derive(Debug)]
-        struct PageKernel(Arc<PageImage>);
-        impl Sys for PageKernel {
-            fn perf_event_open(
-                &self,
-                _: &mut perf_event_attr,
-                _: i32,
-                _: i32,
-                _: Option<BorrowedFd<'_>>,
-                _: u64,
-            ) -> Result<OwnedFd, Errno> {
-                std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
-            }
-            fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
-                Ok(())
-            }
-            fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
-                Ok(1)
-            }
-            fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
-                Ok(0)
-            }
-            fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<Mapping, Errno> {
-                Ok(Mapping::from_image(self.0.clone()))
-            }
-        }
+        use crate::mmap::{Caps, PageImage, TimeConv};
+        use crate::sys::mock::MockSys;
 
         let img = PageImage::new();
         // A 3 GHz TSC as the kernel publishes it: mult/2^shift = 1/3 ns.
@@ -495,10 +461,10 @@ mod tests {
         img.set_time_conv(conv);
         img.bump_lock(2);
         // Without cap_user_time_zero the page is not used.
-        assert!(kernel_conversion(&PageKernel(img.clone())).is_none());
+        assert!(kernel_conversion(&*MockSys::with_page(&img)).is_none());
         img.set_caps(Caps { user_time: true, user_time_zero: true, ..Caps::default() });
         img.bump_lock(2);
-        let c = kernel_conversion(&PageKernel(img)).expect("page offers the conversion");
+        let c = kernel_conversion(&*MockSys::with_page(&img)).expect("page offers the conversion");
         assert_eq!(c.method, TscMethod::KernelPage);
         assert_eq!((c.mult, c.shift, c.offset), (715_827_883, 31, Some(1_000_000)));
         assert!((c.hz - 3e9).abs() < 10.0, "{}", c.hz);

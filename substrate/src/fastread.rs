@@ -525,27 +525,12 @@ mod tests {
     use super::*;
     use crate::attr::Kind;
     use crate::mmap::{Caps, PageImage};
-    use crate::sys::{Ioctl, perf_event_attr};
-    use std::os::fd::{BorrowedFd, OwnedFd};
-    use std::sync::Mutex;
+    use crate::sys::mock::MockSys;
 
-    /// A kernel with rdpmc-capable pages: one image per opened event, ids
-    /// 1, 2, 3…, and reads that must not happen on the user-space path.
-    #[derive(Debug, Default)]
-    struct RdpmcKernel {
-        images: Mutex<Vec<Arc<PageImage>>>,
-        reads: Mutex<usize>,
-    }
-
-    impl Sys for RdpmcKernel {
-        fn perf_event_open(
-            &self,
-            _: &mut perf_event_attr,
-            _: i32,
-            _: i32,
-            _: Option<BorrowedFd<'_>>,
-            _: u64,
-        ) -> std::result::Result<OwnedFd, Errno> {
+    /// A kernel with an rdpmc-capable page per opened event.
+    fn rdpmc_kernel() -> Arc<MockSys> {
+        let k = MockSys::new();
+        k.map_pages(|| {
             let img = PageImage::new();
             img.set_caps(Caps { user_rdpmc: true, ..Caps::default() });
             img.set_pmc_width(48);
@@ -553,28 +538,17 @@ mod tests {
             img.set_offset(1000);
             img.set_times(500, 500);
             img.bump_lock(2);
-            self.images.lock().unwrap().push(img);
-            std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
-        }
-        fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> std::result::Result<(), Errno> {
-            Ok(())
-        }
-        fn event_id(&self, _: BorrowedFd<'_>) -> std::result::Result<u64, Errno> {
-            Ok(self.images.lock().unwrap().len() as u64)
-        }
-        fn read(&self, _: BorrowedFd<'_>, buf: &mut [u8]) -> std::result::Result<usize, Errno> {
-            *self.reads.lock().unwrap() += 1;
-            // value 7, enabled 9, running 9, id 1 (single-counter format)
-            let words = [7u64, 9, 9, 1];
-            for (i, w) in words.iter().enumerate() {
-                buf[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
-            }
-            Ok(32)
-        }
-        fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> std::result::Result<Mapping, Errno> {
-            let imgs = self.images.lock().unwrap();
-            Ok(Mapping::from_image(imgs.last().unwrap().clone()))
-        }
+            img
+        });
+        k
+    }
+
+    /// Opens `attr` as the only event of `k`, whose reads then always give
+    /// value 7, enabled 9, running 9 (reads the user-space path must avoid).
+    fn open_only(k: &Arc<MockSys>, attr: &EventAttr, target: Target) -> MappedCounter {
+        let c = MappedCounter::open_with(k.clone(), attr, target).unwrap();
+        k.steady_read(&[7, 9, 9, k.id_of(0)]);
+        c
     }
 
     // An owner that moves between threads (an event set) can hold one.
@@ -609,7 +583,7 @@ mod tests {
 
     #[test]
     fn an_empty_group_is_an_error_not_a_panic() {
-        let r = MappedGroup::open_with(Arc::new(RdpmcKernel::default()), &[], Target::ThisThread);
+        let r = MappedGroup::open_with(rdpmc_kernel(), &[], Target::ThisThread);
         assert!(matches!(r, Err(Error::Malformed { .. })), "{r:?}");
     }
 
@@ -621,9 +595,9 @@ mod tests {
         }
         // The fake read() always returns 7: an event stopped behind the
         // handle's back (prctl), seen through its unchanging value.
-        let k = Arc::new(RdpmcKernel::default());
+        let k = rdpmc_kernel();
         let tc = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, 1);
-        let c = MappedCounter::open_with(k.clone(), &tc, Target::ThisThread).unwrap();
+        let c = open_only(&k, &tc, Target::ThisThread);
         assert_eq!(c.path(), &UserPath::Hybrid);
         c.enable().unwrap();
         assert_eq!(c.read().unwrap(), (Count { raw: 7, time_enabled: 9, time_running: 9 }, ReadPath::Resync));
@@ -640,7 +614,7 @@ mod tests {
             assert_eq!(path, ReadPath::UserSpace);
         }
         // A page update (an enable, a context switch) resyncs.
-        k.images.lock().unwrap()[0].bump_lock(2);
+        k.page(0).bump_lock(2);
         assert_eq!(c.read().unwrap().1, ReadPath::Resync);
     }
 
@@ -650,19 +624,18 @@ mod tests {
 
     #[test]
     fn rdpmc_path_needs_the_calling_thread_and_a_counter_index() {
-        let k_other = Arc::new(RdpmcKernel::default());
-        let other = MappedCounter::open_with(k_other.clone(), &raw_event(), Target::Task(1)).unwrap();
+        let k_other = rdpmc_kernel();
+        let other = open_only(&k_other, &raw_event(), Target::Task(1));
         assert!(
             matches!(other.path(), UserPath::None { reason } if reason.contains("not the calling thread"))
         );
         let mut inherited = raw_event();
         inherited.inherit(true);
-        let inh = MappedCounter::open_with(Arc::new(RdpmcKernel::default()), &inherited, Target::ThisThread)
-            .unwrap();
+        let inh = MappedCounter::open_with(rdpmc_kernel(), &inherited, Target::ThisThread).unwrap();
         assert!(matches!(inh.path(), UserPath::None { .. }));
 
-        let k = Arc::new(RdpmcKernel::default());
-        let c = MappedCounter::open_with(k.clone(), &raw_event(), Target::ThisThread).unwrap();
+        let k = rdpmc_kernel();
+        let c = open_only(&k, &raw_event(), Target::ThisThread);
         assert_eq!(c.path(), &UserPath::Rdpmc);
         // Disabled: read(2).
         assert_eq!(
@@ -675,9 +648,9 @@ mod tests {
         // The `other` counter never ran rdpmc: it would have faulted here,
         // since this machine's CPU has not enabled user rdpmc.
         other.enable().unwrap();
-        k_other.images.lock().unwrap()[0].set_index(1);
+        k_other.page(0).set_index(1);
         assert_eq!(other.read().unwrap().1, ReadPath::Syscall);
-        assert_eq!(*k.reads.lock().unwrap(), 2);
-        assert_eq!(*k_other.reads.lock().unwrap(), 1);
+        assert_eq!(k.read_calls(), 2);
+        assert_eq!(k_other.read_calls(), 1);
     }
 }

@@ -680,15 +680,11 @@ mod tests {
 
     #[test]
     fn real_task_clock_page_maps_and_reads() {
+        use crate::attr::{EventAttr, Kind, consts::PERF_TYPE_SOFTWARE};
         use crate::sys::{Kernel, Sys};
-        use perf_event_open_sys::bindings as b;
-        let mut attr = b::perf_event_attr {
-            type_: b::PERF_TYPE_SOFTWARE,
-            size: std::mem::size_of::<b::perf_event_attr>() as u32,
-            config: u64::from(b::PERF_COUNT_SW_TASK_CLOCK),
-            ..Default::default()
-        };
-        attr.set_exclude_kernel(1);
+        let mut attr = EventAttr::new("task-clock", Kind::Software, PERF_TYPE_SOFTWARE, 1).to_raw();
+        // Enabled, so the page describes a running event.
+        attr.set_disabled(0);
         let fd = match Kernel.perf_event_open(&mut attr, 0, -1, None, 0) {
             Ok(fd) => fd,
             Err(e) => {

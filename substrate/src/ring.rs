@@ -383,75 +383,15 @@ impl Drop for RecordGuard<'_> {
 
 #[cfg(test)]
 mod tests {
-    //! Replays recorded ring bytes through a fake [`Sys`] whose `mmap` hands
-    //! out heap memory, with the test playing the kernel's writer side.
+    //! Replays recorded ring bytes through the scripted kernel, whose
+    //! `mmap_ring` hands out heap memory, with the test playing the
+    //! kernel's writer side.
 
-    use std::alloc::{Layout, alloc_zeroed, dealloc};
     use std::os::fd::{AsFd, OwnedFd};
-    use std::sync::Mutex;
-    use std::sync::atomic::AtomicUsize;
 
     use super::*;
     use crate::sample::{ReadFormat, SampleType};
-    use crate::sys::{Errno, Fcntl, Ioctl, perf_event_attr};
-
-    #[derive(Debug, Default)]
-    struct FakeSys {
-        maps: Mutex<Vec<(usize, usize)>>,
-        unmapped: AtomicUsize,
-    }
-
-    impl Sys for FakeSys {
-        fn perf_event_open(
-            &self,
-            _: &mut perf_event_attr,
-            _: i32,
-            _: i32,
-            _: Option<BorrowedFd<'_>>,
-            _: u64,
-        ) -> Result<OwnedFd, Errno> {
-            Err(Errno(libc::ENOSYS))
-        }
-        fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
-            Err(Errno(libc::ENOSYS))
-        }
-        fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
-            Err(Errno(libc::ENOSYS))
-        }
-        fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
-            Err(Errno(libc::ENOSYS))
-        }
-        fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<crate::mmap::Mapping, Errno> {
-            Err(Errno(libc::ENOSYS))
-        }
-        fn mmap_ring(&self, _: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Errno> {
-            let page = page_size();
-            let layout = Layout::from_size_align(len, page).map_err(|_| Errno(libc::EINVAL))?;
-            // SAFETY: a non-zero size layout.
-            let p = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(Errno(libc::ENOMEM))?;
-            // SAFETY: the control page is inside the fresh allocation; the
-            // kernel would fill data_offset/data_size the same way.
-            unsafe {
-                p.as_ptr().add(DATA_OFFSET).cast::<u64>().write(page as u64);
-                p.as_ptr().add(DATA_SIZE).cast::<u64>().write((len - page) as u64);
-            }
-            self.maps.lock().unwrap().push((p.as_ptr() as usize, len));
-            Ok(p)
-        }
-        unsafe fn munmap_ring(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
-            let mut maps = self.maps.lock().unwrap();
-            let i =
-                maps.iter().position(|&m| m == (ptr.as_ptr() as usize, len)).ok_or(Errno(libc::EINVAL))?;
-            maps.remove(i);
-            // SAFETY: allocated in `mmap` with this size and alignment.
-            unsafe { dealloc(ptr.as_ptr(), Layout::from_size_align(len, page_size()).unwrap()) };
-            self.unmapped.fetch_add(1, Ordering::Relaxed);
-            Ok(())
-        }
-        fn fcntl(&self, _: BorrowedFd<'_>, _: Fcntl) -> Result<i32, Errno> {
-            Err(Errno(libc::ENOSYS))
-        }
-    }
+    use crate::sys::mock::MockSys;
 
     /// The kernel's side of a fake ring: writes records at head.
     struct Writer {
@@ -461,9 +401,9 @@ mod tests {
     }
 
     impl Writer {
-        fn of(sys: &FakeSys) -> Writer {
-            let (base, len) = *sys.maps.lock().unwrap().last().unwrap();
-            Writer { base: base as *mut u8, size: (len - page_size()) as u64, head: 0 }
+        fn of(sys: &MockSys) -> Writer {
+            let (base, len) = sys.last_ring();
+            Writer { base, size: (len - page_size()) as u64, head: 0 }
         }
         fn word(&self, off: usize) -> &AtomicU64 {
             // SAFETY: HEAD/TAIL of the live fake mapping, 8-aligned.
@@ -576,7 +516,7 @@ mod tests {
         let recs = split_records(&bytes);
         let expected: Vec<String> =
             recs.iter().map(|r| format!("{:?}", Record::parse(r, &layout).unwrap())).collect();
-        let sys = Arc::new(FakeSys::default());
+        let sys = MockSys::new();
         let fd = dummy_fd();
         let page = page_size() as u64;
         // Every 8-byte-aligned start position of a one-page data area, so
@@ -609,15 +549,15 @@ mod tests {
             );
             assert_eq!(ring.pending_bytes(), 0);
         }
-        assert_eq!(sys.maps.lock().unwrap().len(), 0, "every mapping unmapped on drop");
-        assert_eq!(sys.unmapped.load(Ordering::Relaxed), page as usize / 8);
+        assert_eq!(sys.live_rings(), 0, "every mapping unmapped on drop");
+        assert_eq!(sys.rings_unmapped(), page as usize / 8);
     }
 
     #[test]
     fn tail_advances_only_when_the_guard_drops() {
         let (bytes, layout, _) = fixture();
         let recs = split_records(&bytes);
-        let sys = Arc::new(FakeSys::default());
+        let sys = MockSys::new();
         let fd = dummy_fd();
         let mut ring = RingBuffer::map(sys.clone(), fd.as_fd(), 1, layout, "fake").unwrap();
         let mut w = Writer::of(&sys);
@@ -631,7 +571,7 @@ mod tests {
     #[test]
     fn malformed_header_is_skipped_counted_and_never_panics() {
         let layout = SampleLayout::default();
-        let sys = Arc::new(FakeSys::default());
+        let sys = MockSys::new();
         let fd = dummy_fd();
         let mut ring = RingBuffer::map(sys.clone(), fd.as_fd(), 1, layout, "fake").unwrap();
         let mut w = Writer::of(&sys);
@@ -663,13 +603,13 @@ mod tests {
 
     #[test]
     fn bad_page_counts_are_refused_before_mapping() {
-        let sys = Arc::new(FakeSys::default());
+        let sys = MockSys::new();
         let fd = dummy_fd();
         for pages in [0, 3, 6] {
             let e =
                 RingBuffer::map(sys.clone(), fd.as_fd(), pages, SampleLayout::default(), "x").unwrap_err();
             assert!(e.to_string().contains("power of two"), "{e}");
         }
-        assert!(sys.maps.lock().unwrap().is_empty());
+        assert_eq!(sys.live_rings(), 0);
     }
 }

@@ -315,7 +315,8 @@ pub fn default_sigpipe() {
 
 /// A scripted kernel for unit tests: opens hand out the write end of a
 /// pipe (so a test can see the descriptor close), reads return queued
-/// buffers, and failures are injected per call.
+/// buffers, maps return test pages and heap rings, and failures are
+/// injected per call.
 #[cfg(test)]
 pub(crate) mod mock {
     use std::collections::VecDeque;
@@ -323,7 +324,13 @@ pub(crate) mod mock {
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
     use std::sync::{Arc, Mutex, MutexGuard};
 
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::mem::offset_of;
+    use std::ptr::NonNull;
+
+    use super::pe::bindings::perf_event_mmap_page;
     use super::{Errno, Ioctl, Sys, perf_event_attr};
+    use crate::mmap::{Mapping, PageImage, page_size};
 
     /// What one `perf_event_open` call asked for.
     #[derive(Clone, Debug, PartialEq, Eq)]
@@ -346,15 +353,43 @@ pub(crate) mod mock {
         pub sample_type: u64,
     }
 
+    /// One successful open.
+    #[derive(Debug)]
+    struct Fd {
+        raw: i32,
+        id: u64,
+        /// The read end of the pipe, until a test takes it.
+        reader: Option<PipeReader>,
+        /// A second read end, to see the descriptor close.
+        probe: PipeReader,
+        /// The page `mmap` hands out for this descriptor.
+        page: Option<Arc<PageImage>>,
+    }
+
+    /// Makes the page of each opened event.
+    struct Pages(Box<dyn Fn() -> Arc<PageImage> + Send>);
+
+    impl std::fmt::Debug for Pages {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Pages")
+        }
+    }
+
     #[derive(Debug, Default)]
     struct State {
         open_errors: VecDeque<(Errno, Option<u32>)>,
         id_errors: VecDeque<Errno>,
         ioctl_errors: VecDeque<Errno>,
         reads: VecDeque<Vec<u8>>,
+        /// What reads return once `reads` is empty (else EAGAIN).
+        steady_read: Option<Vec<u8>>,
+        read_calls: usize,
+        pages: Option<Pages>,
+        /// (address, length) of each live ring `mmap_ring` handed out.
+        rings: Vec<(usize, usize)>,
+        rings_unmapped: usize,
         opened: Vec<Opened>,
-        /// (raw fd, kernel id, read end of the pipe) per successful open.
-        fds: Vec<(i32, u64, Option<PipeReader>, PipeReader)>,
+        fds: Vec<Fd>,
         ioctls: Vec<Ioctl>,
     }
 
@@ -393,6 +428,44 @@ pub(crate) mod mock {
         pub(crate) fn push_bytes(&self, bytes: Vec<u8>) {
             self.state().reads.push_back(bytes);
         }
+        /// Every read after the queued ones returns these u64 words.
+        pub(crate) fn steady_read(&self, words: &[u64]) {
+            self.state().steady_read = Some(words.iter().flat_map(|w| w.to_ne_bytes()).collect());
+        }
+        /// read(2) calls so far.
+        pub(crate) fn read_calls(&self) -> usize {
+            self.state().read_calls
+        }
+        /// Each later open gets a page from `make`, which `mmap` hands out
+        /// (without, `mmap` fails with ENODEV as the trait's default).
+        pub(crate) fn map_pages(&self, make: impl Fn() -> Arc<PageImage> + Send + 'static) {
+            self.state().pages = Some(Pages(Box::new(make)));
+        }
+        /// A kernel whose every open maps this one page.
+        pub(crate) fn with_page(image: &Arc<PageImage>) -> Arc<MockSys> {
+            let k = MockSys::new();
+            let image = image.clone();
+            k.map_pages(move || image.clone());
+            k
+        }
+        /// (address, length) of the newest live ring; the test writes into
+        /// it as the kernel would.
+        pub(crate) fn last_ring(&self) -> (*mut u8, usize) {
+            let (addr, len) = *self.state().rings.last().expect("no ring mapped");
+            (addr as *mut u8, len)
+        }
+        /// Rings mapped and not yet unmapped.
+        pub(crate) fn live_rings(&self) -> usize {
+            self.state().rings.len()
+        }
+        /// Rings unmapped so far.
+        pub(crate) fn rings_unmapped(&self) -> usize {
+            self.state().rings_unmapped
+        }
+        /// The page of the `n`-th successful open.
+        pub(crate) fn page(&self, n: usize) -> Arc<PageImage> {
+            self.state().fds[n].page.clone().expect("no page for this open")
+        }
         pub(crate) fn opened(&self) -> Vec<Opened> {
             self.state().opened.clone()
         }
@@ -401,16 +474,16 @@ pub(crate) mod mock {
         }
         /// The kernel id given to the `n`-th successful open.
         pub(crate) fn id_of(&self, n: usize) -> u64 {
-            self.state().fds[n].1
+            self.state().fds[n].id
         }
         /// The read end of the pipe behind the `n`-th successful open.
         pub(crate) fn take_reader(&self, n: usize) -> PipeReader {
             let mut st = self.state();
-            st.fds[n].2.take().expect("reader already taken")
+            st.fds[n].reader.take().expect("reader already taken")
         }
         /// How many descriptors handed out are still open (their pipe has a writer).
         pub(crate) fn live_fds(&self) -> usize {
-            self.state().fds.iter().filter(|(_, _, _, probe)| !hung_up(probe.as_fd())).count()
+            self.state().fds.iter().filter(|f| !hung_up(f.probe.as_fd())).count()
         }
     }
 
@@ -434,7 +507,7 @@ pub(crate) mod mock {
             let mut st = self.state();
             let group = group_fd.map(|g| {
                 let raw = g.as_raw_fd();
-                st.fds.iter().rev().find(|f| f.0 == raw).map_or(u64::MAX, |f| f.1)
+                st.fds.iter().rev().find(|f| f.raw == raw).map_or(u64::MAX, |f| f.id)
             });
             st.opened.push(Opened {
                 type_: attr.type_,
@@ -464,7 +537,8 @@ pub(crate) mod mock {
             let fd = OwnedFd::from(writer);
             // Ids neither start at 0 nor follow the open order's position.
             let id = 1000 + 37 * (st.fds.len() as u64 % 3) + 100 * st.fds.len() as u64;
-            st.fds.push((fd.as_raw_fd(), id, Some(reader), probe));
+            let page = st.pages.as_ref().map(|p| (p.0)());
+            st.fds.push(Fd { raw: fd.as_raw_fd(), id, reader: Some(reader), probe, page });
             Ok(fd)
         }
 
@@ -480,14 +554,67 @@ pub(crate) mod mock {
                 return Err(e);
             }
             let raw = fd.as_raw_fd();
-            st.fds.iter().rev().find(|f| f.0 == raw).map(|f| f.1).ok_or(Errno(libc::EBADF))
+            st.fds.iter().rev().find(|f| f.raw == raw).map(|f| f.id).ok_or(Errno(libc::EBADF))
         }
 
         fn read(&self, _fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
-            let data = self.state().reads.pop_front().ok_or(Errno(libc::EAGAIN))?;
+            let mut st = self.state();
+            st.read_calls += 1;
+            let data = st.reads.pop_front().or_else(|| st.steady_read.clone()).ok_or(Errno(libc::EAGAIN))?;
             let n = data.len().min(buf.len());
             buf[..n].copy_from_slice(&data[..n]);
             Ok(n)
+        }
+
+        fn mmap(&self, fd: BorrowedFd<'_>, _len: usize) -> Result<Mapping, Errno> {
+            let st = self.state();
+            let raw = fd.as_raw_fd();
+            let open = st.fds.iter().rev().find(|f| f.raw == raw).ok_or(Errno(libc::EBADF))?;
+            open.page.clone().map(Mapping::from_image).ok_or(Errno(libc::ENODEV))
+        }
+
+        /// Heap memory stands in for the ring, its control page filled as
+        /// the kernel fills it.
+        fn mmap_ring(&self, _fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, Errno> {
+            let page = page_size();
+            let layout = Layout::from_size_align(len, page).map_err(|_| Errno(libc::EINVAL))?;
+            if len <= page {
+                return Err(Errno(libc::EINVAL));
+            }
+            // SAFETY: a layout of non-zero size (len > page).
+            let p = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or(Errno(libc::ENOMEM))?;
+            // SAFETY: both words lie in the control page of the fresh allocation, 8-aligned.
+            unsafe {
+                p.as_ptr()
+                    .add(offset_of!(perf_event_mmap_page, data_offset))
+                    .cast::<u64>()
+                    .write(page as u64);
+                p.as_ptr()
+                    .add(offset_of!(perf_event_mmap_page, data_size))
+                    .cast::<u64>()
+                    .write((len - page) as u64);
+            }
+            self.state().rings.push((p.as_ptr() as usize, len));
+            Ok(p)
+        }
+
+        unsafe fn munmap_ring(&self, ptr: NonNull<u8>, len: usize) -> Result<(), Errno> {
+            let mut st = self.state();
+            let i = st
+                .rings
+                .iter()
+                .position(|&m| m == (ptr.as_ptr() as usize, len))
+                .ok_or(Errno(libc::EINVAL))?;
+            st.rings.remove(i);
+            // SAFETY: allocated in `mmap_ring` with this size and alignment.
+            unsafe {
+                dealloc(
+                    ptr.as_ptr(),
+                    Layout::from_size_align(len, page_size()).map_err(|_| Errno(libc::EINVAL))?,
+                )
+            };
+            st.rings_unmapped += 1;
+            Ok(())
         }
     }
 }

@@ -68,6 +68,7 @@ use perf_event_open_sys::bindings as b;
 use serde::Serialize;
 
 use crate::arch;
+use crate::attr::{EventAttr, Kind};
 use crate::clock::clock;
 use crate::mmap::{Mapping, NativeCpu, mul_shift, page_size};
 use crate::sys::{self, Errno, Sys};
@@ -235,17 +236,13 @@ fn page_time(page: &Mapping) -> Option<u64> {
 }
 
 fn task_clock_attr() -> b::perf_event_attr {
-    let mut attr = b::perf_event_attr {
-        type_: b::PERF_TYPE_SOFTWARE,
-        size: std::mem::size_of::<b::perf_event_attr>() as u32,
-        config: u64::from(b::PERF_COUNT_SW_TASK_CLOCK),
-        ..Default::default()
-    };
+    // User-only (the default domain) so paranoid 2 allows it; a task-clock
+    // counts the thread's whole runtime regardless.
+    let task_clock = u64::from(b::PERF_COUNT_SW_TASK_CLOCK);
+    let mut attr = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, task_clock).to_raw();
     // Enabled from the start: the page is only rewritten at the context
-    // switches of an enabled event. User-only so paranoid 2 allows it; a
-    // task-clock counts the thread's whole runtime regardless.
-    attr.set_exclude_kernel(1);
-    attr.set_exclude_hv(1);
+    // switches of an enabled event.
+    attr.set_disabled(0);
     attr
 }
 
@@ -369,41 +366,7 @@ pub fn process_cpu_ns() -> Result<u64, Errno> {
 mod tests {
     use super::*;
     use crate::mmap::{Caps, PageImage, TimeConv};
-    use crate::sys::{Ioctl, perf_event_attr};
-    use std::os::fd::BorrowedFd;
-    use std::sync::Arc;
-
-    /// A kernel whose task-clock page is a test image.
-    #[derive(Debug)]
-    struct FakeKernel {
-        image: Arc<PageImage>,
-    }
-
-    impl Sys for FakeKernel {
-        fn perf_event_open(
-            &self,
-            _attr: &mut perf_event_attr,
-            _pid: i32,
-            _cpu: i32,
-            _group: Option<BorrowedFd<'_>>,
-            _flags: u64,
-        ) -> Result<OwnedFd, Errno> {
-            // Any real descriptor will do: the page comes from `mmap` below.
-            std::fs::File::open("/dev/null").map(OwnedFd::from).map_err(|_| Errno(libc::EMFILE))
-        }
-        fn ioctl(&self, _fd: BorrowedFd<'_>, _op: Ioctl) -> Result<(), Errno> {
-            Ok(())
-        }
-        fn event_id(&self, _fd: BorrowedFd<'_>) -> Result<u64, Errno> {
-            Ok(1)
-        }
-        fn read(&self, _fd: BorrowedFd<'_>, _buf: &mut [u8]) -> Result<usize, Errno> {
-            Err(Errno(libc::EIO))
-        }
-        fn mmap(&self, _fd: BorrowedFd<'_>, _len: usize) -> Result<Mapping, Errno> {
-            Ok(Mapping::from_image(self.image.clone()))
-        }
-    }
+    use crate::sys::mock::MockSys;
 
     #[test]
     fn kernel_time_method_uses_the_page_extrapolation() {
@@ -420,8 +383,8 @@ mod tests {
         });
         image.set_times(5_000_000, 4_000_000);
         image.bump_lock(2);
-        let k = FakeKernel { image: image.clone() };
-        let c = ThreadClock::with_sys(&k);
+        let k = MockSys::with_page(&image);
+        let c = ThreadClock::with_sys(&*k);
         assert_eq!(c.method(), VirtMethod::KernelTime);
         // The page says 4 ms of task-clock; the offset measured at open
         // lines that up with the thread's CPU time since its start.
@@ -447,8 +410,8 @@ mod tests {
         }
         let image = PageImage::new();
         image.bump_lock(2);
-        let k = FakeKernel { image: image.clone() };
-        let c = ThreadClock::with_sys(&k);
+        let k = MockSys::with_page(&image);
+        let c = ThreadClock::with_sys(&*k);
         assert_eq!(c.method(), VirtMethod::Hybrid);
         let a = c.now();
         assert_eq!(c.syncs(), 1);
@@ -501,33 +464,9 @@ mod tests {
 
     #[test]
     fn syscall_method_says_why() {
-        #[derive(Debug)]
-        struct NoPerf;
-        impl Sys for NoPerf {
-            fn perf_event_open(
-                &self,
-                _: &mut perf_event_attr,
-                _: i32,
-                _: i32,
-                _: Option<BorrowedFd<'_>>,
-                _: u64,
-            ) -> Result<OwnedFd, Errno> {
-                Err(Errno(libc::EACCES))
-            }
-            fn ioctl(&self, _: BorrowedFd<'_>, _: Ioctl) -> Result<(), Errno> {
-                Ok(())
-            }
-            fn event_id(&self, _: BorrowedFd<'_>) -> Result<u64, Errno> {
-                Ok(0)
-            }
-            fn read(&self, _: BorrowedFd<'_>, _: &mut [u8]) -> Result<usize, Errno> {
-                Ok(0)
-            }
-            fn mmap(&self, _: BorrowedFd<'_>, _: usize) -> Result<Mapping, Errno> {
-                Err(Errno(libc::ENODEV))
-            }
-        }
-        let c = ThreadClock::with_sys(&NoPerf);
+        let no_perf = MockSys::new();
+        no_perf.fail_open(Errno(libc::EACCES));
+        let c = ThreadClock::with_sys(&*no_perf);
         match c.method() {
             VirtMethod::Syscall { reason } => assert!(reason.contains("EACCES"), "{reason}"),
             m => panic!("expected the syscall method, got {m:?}"),

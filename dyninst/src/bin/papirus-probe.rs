@@ -40,14 +40,29 @@ enum Command {
         papirus-probe list ./app --patchable --json")]
     List(ListArgs),
     /// Start a program with chosen functions instrumented; print its profile at exit.
-    #[command(
-        long_about = "Start a program with chosen functions instrumented at entry and exit;         write the JSON report at exit and print the profile.\n\n        Examples:\n  papirus-probe run -- ./app arg\n  papirus-probe run --functions 'solve*' -o app.json -- ./app"
-    )]
+    #[command(long_about = "Start a program with chosen functions instrumented at entry and exit; \
+            write the JSON report at exit and print the profile.\n\n\
+            Examples:\n  papirus-probe run -- ./app arg\n  papirus-probe run --functions 'solve*' -o app.json -- ./app")]
     Run(instrument::RunArgs),
     /// Instrument a running process for a while, then detach leaving it uninstrumented.
     Attach(instrument::AttachArgs),
     /// Print a report written by `run` or `attach`.
     Report(instrument::ReportArgs),
+    /// Build the bundled example program with gcc and `run` it instrumented.
+    #[command(long_about = "Build the bundled example program (nested calls, recursion, several return \
+        paths, a tail call, many arguments, threads, a longjmp) with gcc and `run` it with every \
+        function instrumented, printing the profile. Takes the options of `run`.\n\n\
+        Example:\n  papirus-probe demo --probe counters --events task-clock,page-faults")]
+    Demo(instrument::DemoArgs),
+    /// papirus-calibrate with the probe rows: what an instrumented call costs
+    /// here (trampoline with each probe, uprobe+uretprobe, the uninstrumented
+    /// call) beside every papirus primitive; `calibrate --help` for its options.
+    #[command(disable_help_flag = true)]
+    Calibrate {
+        /// papirus-calibrate's options (e.g. `--quick --only probe --json FILE`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "OPTIONS")]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -81,12 +96,21 @@ struct ListArgs {
 }
 
 fn main() -> ExitCode {
+    papirus_substrate::sys::default_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Calibrate { args } => {
+            return papirus_calibrate::cli::main_with_args(
+                "papirus-probe calibrate",
+                args,
+                papirus_dyninst::probe::calibrate::register,
+            );
+        }
         Command::List(args) => list(&args),
         Command::Run(args) => instrument::run(&args),
         Command::Attach(args) => instrument::attach(&args),
         Command::Report(args) => instrument::report(&args),
+        Command::Demo(args) => instrument::demo(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -10,6 +10,8 @@
 //! overrides.
 
 mod attach;
+pub mod calibrate;
+pub mod cost;
 mod report;
 mod run;
 

@@ -25,15 +25,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_substrate::sys::default_sigpipe();
-    let args = Args::parse();
-    match run(&args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("papirus-avail: {e}");
-            ExitCode::from(2)
-        }
-    }
+    papirus_lowlevel::cli::run_tool("papirus-avail", || run(&Args::parse()))
 }
 
 fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {

@@ -35,15 +35,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_substrate::sys::default_sigpipe();
-    let args = Args::parse();
-    let all = match native_statuses(false) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("papirus-native-avail: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    papirus_lowlevel::cli::run_tool("papirus-native-avail", || run(&Args::parse()))
+}
+
+fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
+    let all = native_statuses(false)?;
     let mut list: Vec<_> = all
         .into_iter()
         .filter(|s| args.pmu.as_ref().is_none_or(|p| &s.event.pmu == p))
@@ -74,7 +70,7 @@ fn main() -> ExitCode {
             "self_measurement": { "workload": WORKLOAD, "counts": counts },
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-        return ExitCode::SUCCESS;
+        return Ok(ExitCode::SUCCESS);
     }
     // Many events fail for one reason (no hardware PMU): print each reason once.
     let mut reasons: Vec<String> = Vec::new();
@@ -148,7 +144,7 @@ fn main() -> ExitCode {
     } else {
         println!("Total events reported: {}", list.len());
     }
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
 const WORKLOAD: &str =

@@ -54,15 +54,7 @@ struct Row {
 }
 
 fn main() -> ExitCode {
-    papirus_substrate::sys::default_sigpipe();
-    let args = Args::parse();
-    match run(&args) {
-        Ok(code) => code,
-        Err(e) => {
-            eprintln!("papirus-stat: {e}");
-            ExitCode::from(2)
-        }
-    }
+    papirus_lowlevel::cli::run_tool("papirus-stat", || run(&Args::parse()))
 }
 
 fn build(

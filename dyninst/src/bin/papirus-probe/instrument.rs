@@ -7,10 +7,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use clap::Args;
+use papirus_calibrate::CostFile;
 use papirus_dyninst::probe::{self, AttachOptions, RunOptions, Selection, SortKey};
 
 /// Options shared by `run` and `attach`.
-#[derive(Args, Debug)]
+#[derive(Clone, Args, Debug)]
 pub struct ProbeArgs {
     /// The probe: wallclock (TSC real time), counters (real time plus --events),
     /// or empty (counts calls only, no clock).
@@ -28,6 +29,11 @@ pub struct ProbeArgs {
     /// Where the JSON report goes.
     #[arg(long, short, default_value = "papirus-probe.json")]
     output: PathBuf,
+    /// A machine cost file (`papirus-probe calibrate --json FILE`): print the
+    /// overhead the instrumentation is predicted to have added (calls × the
+    /// probe's added cost per call, Paradyn's cost model).
+    #[arg(long, value_name = "FILE")]
+    costs: Option<PathBuf>,
 }
 
 impl ProbeArgs {
@@ -50,6 +56,49 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     command: Vec<OsString>,
+}
+
+/// `demo` arguments.
+#[derive(Args, Debug)]
+pub struct DemoArgs {
+    #[command(flatten)]
+    probe: ProbeArgs,
+    /// Print the report sorted by this column: excl, incl or calls.
+    #[arg(long, default_value = "excl")]
+    sort: SortKey,
+}
+
+/// The bundled example: nested calls, recursion, several return paths, a
+/// tail call, many arguments, threads and a longjmp.
+const DEMO_SOURCE: &str = include_str!("../../../tests/targets/probe_program.c");
+
+/// `papirus-probe demo`: builds the bundled example with gcc and runs it
+/// instrumented, as `run` would.
+pub fn demo(args: &DemoArgs) -> Result<(), Failure> {
+    let dir = std::env::temp_dir().join(format!("papirus-probe-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let src = dir.join("probe_program.c");
+    let exe = dir.join("probe_program");
+    std::fs::write(&src, DEMO_SOURCE)?;
+    let built = std::process::Command::new("gcc")
+        .args(["-O2", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .map_err(|e| {
+            format!("cannot run gcc to build the demo program ({e}): install it (apt-get install gcc)")
+        })?;
+    if !built.success() {
+        return Err(format!("gcc failed to build the demo program {} ({built})", src.display()).into());
+    }
+    eprintln!("papirus-probe: built the demo program {} from the bundled source", exe.display());
+    let result = run(&RunArgs {
+        probe: args.probe.clone(),
+        sort: args.sort,
+        command: vec![exe.clone().into_os_string()],
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// `attach` arguments.
@@ -88,9 +137,30 @@ fn print_report(file: &std::path::Path, thread: Option<u32>, sort: SortKey) -> R
     Ok(())
 }
 
+/// The `--costs` file, read before the run so a bad one costs no run.
+fn load_costs(args: &ProbeArgs) -> Result<Option<(&std::path::Path, CostFile)>, Failure> {
+    Ok(match &args.costs {
+        Some(p) => Some((p.as_path(), CostFile::load(p)?)),
+        None => None,
+    })
+}
+
+/// With `--costs`, prints the predicted overhead of the run that wrote `report`.
+fn print_prediction(
+    costs: Option<(&std::path::Path, CostFile)>,
+    report: &std::path::Path,
+) -> Result<(), Failure> {
+    let Some((path, costs)) = costs else { return Ok(()) };
+    let r = probe::read_report(report)?;
+    let p = probe::calibrate::predict(&costs, &r).map_err(|e| format!("{}: {e}", path.display()))?;
+    println!("{p}");
+    Ok(())
+}
+
 /// `papirus-probe run`.
 pub fn run(args: &RunArgs) -> Result<(), Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
+    let costs = load_costs(&args.probe)?;
     let opts = RunOptions {
         probe: p,
         events: args.probe.events.clone(),
@@ -103,7 +173,8 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
     let s = probe::run(&opts)?;
     probe::print_summary(s.installed, &s.refused);
     eprintln!("papirus-probe: pid {} {}; report in {}", s.pid, s.exit, s.output.display());
-    print_report(&s.output, None, args.sort)
+    print_report(&s.output, None, args.sort)?;
+    print_prediction(costs, &s.output)
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -111,6 +182,7 @@ static STOP: AtomicBool = AtomicBool::new(false);
 /// `papirus-probe attach`.
 pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
+    let costs = load_costs(&args.probe)?;
     let duration = args.duration.map(Duration::from_secs_f64);
     if duration.is_none() {
         // Ctrl-C is taken by a thread waiting for it, so it ends the
@@ -137,7 +209,8 @@ pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
     let (installed, refused) = probe::attach(&opts, &STOP)?;
     probe::print_summary(installed, &refused);
     eprintln!("papirus-probe: detached from pid {}; report in {}", args.pid, args.probe.output.display());
-    print_report(&args.probe.output, None, args.sort)
+    print_report(&args.probe.output, None, args.sort)?;
+    print_prediction(costs, &args.probe.output)
 }
 
 /// `papirus-probe report`.
