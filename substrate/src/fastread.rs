@@ -559,7 +559,7 @@ mod tests {
 
     #[test]
     fn hopeless_members_map_no_page() {
-        let k = Arc::new(RdpmcKernel::default());
+        let k = rdpmc_kernel();
         let tc = EventAttr::new("task-clock", Kind::Software, b::PERF_TYPE_SOFTWARE, 1);
         let pf = EventAttr::new("page-faults", Kind::Software, b::PERF_TYPE_SOFTWARE, 2);
         let mut g = Group::open_with(k.clone(), &tc, Target::ThisThread).unwrap();
