@@ -842,11 +842,13 @@ mod tool {
         assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent.json"));
     }
 
+    /// Issue 9, acceptance 3: attach for 2 s and detach, 20 times on the
+    /// same process (PAPIRUS_ATTACH_ROUNDS / PAPIRUS_ATTACH_SECS override).
     #[test]
     fn attach_repeatedly_then_the_program_finishes_correctly() {
         let rounds: usize =
-            std::env::var("PAPIRUS_ATTACH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(5);
-        let secs: f64 = std::env::var("PAPIRUS_ATTACH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(0.3);
+            std::env::var("PAPIRUS_ATTACH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
+        let secs: f64 = std::env::var("PAPIRUS_ATTACH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(2.0);
         let program = exe("probe_loop.c", "probe_loop", false, &[]);
         let plain = Command::new(&program).arg("10").output().unwrap();
         let expected_per_round: i64 = String::from_utf8_lossy(&plain.stdout)
