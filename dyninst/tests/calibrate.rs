@@ -1,13 +1,15 @@
 //! `papirus-probe calibrate`: papirus-calibrate with the probe rows. Its
 //! cost file validates against calibrate's schema, round-trips through the
 //! library reader, and holds every probe row, measured or unavailable with
-//! the reason; the wallclock probe costs more than the uninstrumented call.
+//! the reason; the wallclock probe costs more than the uninstrumented call;
+//! uftrace -P, when installed, is measured on the same body and records
+//! every call.
 
 use std::process::Command;
 
 use papirus_calibrate::CostFile;
 use papirus_dyninst::probe::calibrate::{
-    COUNTERS, EMPTY, ROWS, UNINSTRUMENTED, UPROBE_NOP5, UPROBE_TYPICAL, WALLCLOCK,
+    COUNTERS, EMPTY, ROWS, UFTRACE, UNINSTRUMENTED, UPROBE_NOP5, UPROBE_TYPICAL, WALLCLOCK,
 };
 
 fn probe_calibrate(args: &[&str]) -> (bool, String) {
@@ -19,6 +21,10 @@ fn probe_calibrate(args: &[&str]) -> (bool, String) {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
     (out.status.success(), stdout)
+}
+
+fn uftrace_installed() -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("uftrace").is_file()))
 }
 
 fn gcc_runs() -> bool {
@@ -85,6 +91,26 @@ fn probe_rows_are_in_a_valid_cost_file() {
             assert!(p.contains("× the uninstrumented call"), "{name} path lacks its ratio: {p}");
             assert!(p.contains("uprobe+uretprobe nop5") && p.contains("uprobe+uretprobe typical"), "{p}");
         }
+    }
+    // uftrace -P on the same body, when installed (the test never installs it).
+    if uftrace_installed() {
+        let c =
+            file.cost(UFTRACE).expect("uftrace is installed and gcc runs: probe.uftrace must be measured");
+        assert!(
+            c.ns.median > base,
+            "uftrace -P {} ns not above the uninstrumented call {base} ns",
+            c.ns.median
+        );
+        let p = c.path.as_deref().unwrap_or("");
+        assert!(p.contains("calls recorded, exact") && p.contains("the wallclock probe's added cost"), "{p}");
+    } else {
+        let u = file
+            .unavailable
+            .iter()
+            .find(|u| u.name == UFTRACE)
+            .expect("no uftrace: probe.uftrace unavailable");
+        assert!(u.reason.contains("uftrace is not installed"), "{}", u.reason);
+        println!("uftrace is not installed here: {}", u.reason);
     }
     // Where the kernel lets us attach uprobes, their counts must be exact.
     for name in [UPROBE_NOP5, UPROBE_TYPICAL] {
