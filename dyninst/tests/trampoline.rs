@@ -542,7 +542,8 @@ fn removal_restores_the_original_bytes() {
 
 /// Walks the code reachable from `roots` (following direct calls and
 /// branches) and fails on any vector, x87, MMX or mask register, or any
-/// indirect branch or call (a call into libc goes through one). `xsaver` is
+/// indirect branch or call (a call into libc goes through one) other than the
+/// exit stub's jump through its popped return slot. `xsaver` is
 /// the counters probe's reader: the walk checks that it saves the extended
 /// state (xsave64 before its call, xrstor64 after) and does not descend into
 /// what it calls. Returns the number of instructions checked.
@@ -596,6 +597,12 @@ fn check_vector_free(roots: &[u64], xsaver: u64, read: &mut dyn FnMut(u64, &mut 
             _ if i.code() == iced_x86::Code::Syscall => todo.push(i.next_ip()),
             // int3 only pads after calls that never return (the runtime's `die`).
             FlowControl::Return | FlowControl::Exception | FlowControl::Interrupt => {}
+            // The exit stub returns by jumping through the popped return slot.
+            FlowControl::IndirectBranch
+                if i.code() == iced_x86::Code::Jmp_rm64
+                    && i.memory_base() == iced_x86::Register::RSP
+                    && i.memory_index() == iced_x86::Register::None
+                    && i.memory_displacement64() as i64 == -8 => {}
             _ => panic!("{i} at {ip:#x}: indirect control flow or a call outside the runtime"),
         }
     }

@@ -73,7 +73,12 @@ global_asm!(
     "mov qword ptr [rsp + 80], rax",
     "pop rbx", "pop r11", "pop r10", "pop r9", "pop r8",
     "pop rdi", "pop rsi", "pop rcx", "pop rdx", "pop rax",
-    "ret",
+    // Not `ret`: the function's own `ret` already consumed its caller's
+    // return-predictor entry, so a second `ret` would mispredict here and
+    // leave the predictor one entry short for every return above. The slot
+    // now lies below rsp, in the red zone no signal frame overwrites.
+    "lea rsp, [rsp + 8]",
+    "jmp qword ptr [rsp - 8]",
     ".size papirus_probe_exit_stub, . - papirus_probe_exit_stub",
     ".popsection",
     exit = sym exit_hook,
