@@ -84,14 +84,20 @@ global_asm!(
     exit = sym exit_hook,
 );
 
-unsafe extern "C" {
-    fn papirus_probe_exit_stub();
-}
-
 /// Address of the exit stub that hijacked returns land in.
 #[inline(always)]
 pub fn exit_stub() -> u64 {
-    papirus_probe_exit_stub as *const () as usize as u64
+    let a: u64;
+    // SAFETY: only computes the address of the hidden stub defined above, RIP
+    // relative (a plain function pointer would cost a load through the GOT).
+    unsafe {
+        core::arch::asm!(
+            "lea {a}, [rip + papirus_probe_exit_stub]",
+            a = out(reg) a,
+            options(pure, nomem, nostack, preserves_flags),
+        )
+    };
+    a
 }
 
 /// Entry hook: records an activation of function `fid` and hijacks its return.

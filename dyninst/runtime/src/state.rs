@@ -219,6 +219,7 @@ pub(crate) fn threads() -> impl Iterator<Item = &'static Thread> {
 }
 
 /// Exclusive use of a thread's tables by the hook that holds it.
+#[repr(transparent)]
 pub(crate) struct Guard(&'static Thread);
 
 impl Thread {
@@ -345,6 +346,24 @@ impl Guard {
     /// stub, as a tail call's would) means the old activation there is gone.
     #[inline(always)]
     pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64, nev: usize) {
+        // Nothing to close on almost every call: test the innermost entry here
+        // and keep the loop out of line, so the hooks' hot paths stay small
+        // enough to need no callee-saved registers.
+        let d = self.0.depth.get();
+        if d == 0 {
+            return;
+        }
+        let s = self.0.entry(d - 1).slot.get();
+        let stale = s < slot || (same_too && s == slot);
+        if stale && slot - s < REAP_WINDOW {
+            self.reap_slow(slot, same_too, now, nev);
+        }
+    }
+
+    // extern "C", like the other out-of-line helpers, so hooks call it directly, not through the GOT.
+    #[cold]
+    #[inline(never)]
+    extern "C" fn reap_slow(&self, slot: u64, same_too: bool, now: u64, nev: usize) {
         loop {
             let d = self.0.depth.get();
             if d == 0 {
