@@ -347,8 +347,7 @@ impl Guard {
     #[inline(always)]
     pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64, nev: usize) {
         // Nothing to close on almost every call: test the innermost entry here
-        // and keep the loop out of line, so the hooks' hot paths stay small
-        // enough to need no callee-saved registers.
+        // and keep the loop (a second inlined `pop`) out of the hooks' hot paths.
         let d = self.0.depth.get();
         if d == 0 {
             return;
