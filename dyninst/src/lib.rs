@@ -5,6 +5,7 @@
 pub mod error;
 pub mod inventory;
 pub mod maps;
+pub mod output;
 pub mod patch;
 pub mod probe;
 pub mod process;

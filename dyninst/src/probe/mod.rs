@@ -14,6 +14,7 @@ pub mod calibrate;
 pub mod cost;
 mod report;
 mod run;
+mod select;
 
 use std::path::{Path, PathBuf};
 
@@ -23,19 +24,16 @@ pub use papirus_probe_runtime::{Probe, Report, Session};
 pub use attach::{AttachOptions, attach};
 pub use report::{SortKey, format_report};
 pub use run::{RunOptions, RunSummary, run};
+pub use select::Selection;
+use select::select;
 
-use crate::inventory::{Inventory, glob_match};
-use crate::patch::{
-    AddressSpace, CATCH_BEGIN, FunctionSpec, Installed, PatchError, Patcher, Refusal, Refused, UNWIND_BEGIN,
-};
+use crate::patch::{AddressSpace, FunctionSpec, Installed, PatchError, Patcher, Refusal, Refused};
 use crate::process::Process;
 
 /// File name of the runtime library.
 pub const RUNTIME_FILE: &str = "libpapirus_probe_runtime.so";
 /// Environment variable that overrides where the runtime is looked for.
 pub const RUNTIME_ENV: &str = "PAPIRUS_PROBE_RUNTIME";
-/// Names that are never entry points reached by a call.
-const NOT_CALLED: [&str; 3] = ["_start", "_dl_start", "_dl_start_user"];
 
 /// Failures of the probe tool.
 #[derive(Debug, thiserror::Error)]
@@ -161,15 +159,6 @@ pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
     }
 }
 
-/// Which functions to instrument.
-#[derive(Debug, Clone, Default)]
-pub struct Selection {
-    /// Modules whose basename equals, or whose path contains, this; the main program when `None`.
-    pub module: Option<String>,
-    /// Function globs (stored or demangled names); every function when empty.
-    pub functions: Vec<String>,
-}
-
 /// The runtime's entry points inside the target.
 #[derive(Debug, Clone, Copy)]
 struct TargetHooks {
@@ -192,62 +181,6 @@ impl TargetHooks {
             flush: f("papirus_probe_flush")?,
         })
     }
-}
-
-/// The chosen functions (names for the session; specs for the patcher, ids in order)
-/// plus the unwinder's entry points.
-fn select(
-    inv: &Inventory,
-    sel: &Selection,
-    hooks: &TargetHooks,
-    entry: Option<u64>,
-) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
-    let modules: Vec<_> = inv
-        .modules
-        .iter()
-        .filter(|m| match &sel.module {
-            Some(pat) => m.matches(pat),
-            None => m.is_main,
-        })
-        .filter(|m| !m.basename().starts_with("libpapirus_probe_runtime"))
-        .collect();
-    let mut names = Vec::new();
-    let mut specs = Vec::new();
-    for m in &modules {
-        for f in &m.functions {
-            let wanted = sel.functions.is_empty()
-                || sel.functions.iter().any(|g| {
-                    glob_match(g, &f.name) || f.demangled.as_deref().is_some_and(|d| glob_match(g, d))
-                });
-            let called = !NOT_CALLED.contains(&f.name.as_str())
-                && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
-            if !wanted || !called || f.size == 0 || f.kind != papirus_substrate::elf::SymbolKind::Function {
-                continue;
-            }
-            specs.push(FunctionSpec {
-                name: f.display_name().to_string(),
-                addr: f.address,
-                size: f.size,
-                hook: hooks.enter,
-                arg: names.len() as u32,
-            });
-            names.push(f.display_name().to_string());
-        }
-    }
-    if specs.is_empty() {
-        return Err(ProbeError::NothingSelected {
-            modules: modules.iter().map(|m| m.basename()).collect::<Vec<_>>().join(", "),
-            globs: if sel.functions.is_empty() { "*".into() } else { sel.functions.join(",") },
-        });
-    }
-    // The unwinder and the C++ runtime, wherever they are loaded.
-    for name in UNWIND_BEGIN.iter().copied().chain([CATCH_BEGIN]) {
-        let hook = if name == CATCH_BEGIN { hooks.catch } else { hooks.unwind_begin };
-        if let Some(f) = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0)) {
-            specs.push(FunctionSpec { name: name.to_string(), addr: f.address, size: f.size, hook, arg: 0 });
-        }
-    }
-    Ok((names, specs))
 }
 
 /// Writes the session file the runtime reads.

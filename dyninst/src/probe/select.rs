@@ -1,0 +1,73 @@
+//! Which functions of a process to instrument: modules and globs to function specs.
+
+use super::{ProbeError, TargetHooks};
+use crate::inventory::{Inventory, glob_match};
+use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
+
+/// Names that are never entry points reached by a call.
+const NOT_CALLED: [&str; 3] = ["_start", "_dl_start", "_dl_start_user"];
+
+/// Which functions to instrument.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Modules whose basename equals, or whose path contains, this; the main program when `None`.
+    pub module: Option<String>,
+    /// Function globs (stored or demangled names); every function when empty.
+    pub functions: Vec<String>,
+}
+
+/// The chosen functions (names for the session; specs for the patcher, ids in order)
+/// plus the unwinder's entry points.
+pub(super) fn select(
+    inv: &Inventory,
+    sel: &Selection,
+    hooks: &TargetHooks,
+    entry: Option<u64>,
+) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
+    let modules: Vec<_> = inv
+        .modules
+        .iter()
+        .filter(|m| match &sel.module {
+            Some(pat) => m.matches(pat),
+            None => m.is_main,
+        })
+        .filter(|m| !m.basename().starts_with("libpapirus_probe_runtime"))
+        .collect();
+    let mut names = Vec::new();
+    let mut specs = Vec::new();
+    for m in &modules {
+        for f in &m.functions {
+            let wanted = sel.functions.is_empty()
+                || sel.functions.iter().any(|g| {
+                    glob_match(g, &f.name) || f.demangled.as_deref().is_some_and(|d| glob_match(g, d))
+                });
+            let called = !NOT_CALLED.contains(&f.name.as_str())
+                && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
+            if !wanted || !called || f.size == 0 || f.kind != papirus_substrate::elf::SymbolKind::Function {
+                continue;
+            }
+            specs.push(FunctionSpec {
+                name: f.display_name().to_string(),
+                addr: f.address,
+                size: f.size,
+                hook: hooks.enter,
+                arg: names.len() as u32,
+            });
+            names.push(f.display_name().to_string());
+        }
+    }
+    if specs.is_empty() {
+        return Err(ProbeError::NothingSelected {
+            modules: modules.iter().map(|m| m.basename()).collect::<Vec<_>>().join(", "),
+            globs: if sel.functions.is_empty() { "*".into() } else { sel.functions.join(",") },
+        });
+    }
+    // The unwinder and the C++ runtime, wherever they are loaded.
+    for name in UNWIND_BEGIN.iter().copied().chain([CATCH_BEGIN]) {
+        let hook = if name == CATCH_BEGIN { hooks.catch } else { hooks.unwind_begin };
+        if let Some(f) = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0)) {
+            specs.push(FunctionSpec { name: name.to_string(), addr: f.address, size: f.size, hook, arg: 0 });
+        }
+    }
+    Ok((names, specs))
+}
