@@ -12,6 +12,7 @@
 mod attach;
 pub mod calibrate;
 pub mod cost;
+mod patching;
 mod report;
 mod run;
 mod select;
@@ -22,12 +23,14 @@ use nix::sys::mman::ProtFlags;
 pub use papirus_probe_runtime::{Probe, Report, Session};
 
 pub use attach::{AttachOptions, attach};
+pub use patching::RemoteSpace;
+use patching::{patch_stopped, unpatch_stopped};
 pub use report::{SortKey, format_report};
 pub use run::{RunOptions, RunSummary, run};
 pub use select::Selection;
 use select::select;
 
-use crate::patch::{AddressSpace, FunctionSpec, Installed, PatchError, Patcher, Refusal, Refused};
+use crate::patch::{PatchError, Refused};
 use crate::process::Process;
 
 /// File name of the runtime library.
@@ -216,88 +219,6 @@ fn call_with_path(p: &mut Process, func: u64, path: &Path) -> Result<u64, ProbeE
     let r = r?;
     unmapped?;
     Ok(r)
-}
-
-/// The target's memory as seen by the patcher: reads and code writes through
-/// the ptrace helper (`/proc/PID/mem`), arenas by a remote `mmap` near the code.
-#[derive(Debug)]
-pub struct RemoteSpace<'a> {
-    process: &'a mut Process,
-}
-
-impl<'a> RemoteSpace<'a> {
-    /// The memory of a stopped process.
-    pub fn new(process: &'a mut Process) -> Self {
-        RemoteSpace { process }
-    }
-}
-
-fn target_err(e: crate::Error) -> PatchError {
-    PatchError::Target(e.to_string())
-}
-
-impl AddressSpace for RemoteSpace<'_> {
-    fn read(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), PatchError> {
-        self.process.read_memory(addr, buf).map_err(target_err)
-    }
-
-    fn write_code(&mut self, addr: u64, bytes: &[u8]) -> Result<(), PatchError> {
-        self.process.write_memory(addr, bytes).map_err(target_err)
-    }
-
-    fn map_code_near(&mut self, near: u64, len: u64) -> Result<u64, PatchError> {
-        self.process
-            .mmap_near(near..near + 1, len, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)
-            .map_err(target_err)
-    }
-}
-
-/// Rounds of letting the target run when a thread is stopped inside the
-/// bytes a jump would replace.
-const PC_ROUNDS: usize = 20;
-/// How long the target runs between rounds.
-const PC_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
-
-/// Patches `specs` in the stopped process in one batch. A function some thread
-/// is stopped inside (past its first byte, within the bytes the jump replaces)
-/// is retried after letting the process run for a moment, up to
-/// [`PC_ROUNDS`] times, then refused. The patches stay when this returns.
-fn patch_stopped(
-    p: &mut Process,
-    specs: &[FunctionSpec],
-) -> Result<(Vec<Installed>, Vec<Refused>), ProbeError> {
-    let (mut installed, mut refused) = (Vec::new(), Vec::new());
-    let mut todo = specs.to_vec();
-    for round in 0..=PC_ROUNDS {
-        if round > 0 {
-            p.run_for(PC_PAUSE)?;
-        }
-        let mut pcs = Vec::new();
-        for tid in p.threads() {
-            pcs.push(p.regs(tid)?.rip);
-        }
-        let mut patcher = Patcher::new(RemoteSpace::new(p));
-        patcher.set_thread_pcs(pcs);
-        let outcome = patcher.instrument(&todo)?;
-        patcher.keep();
-        installed.extend(outcome.installed);
-        let (busy, other): (Vec<Refused>, Vec<Refused>) =
-            outcome.refused.into_iter().partition(|r| r.reason == Refusal::ThreadInside);
-        refused.extend(other);
-        if busy.is_empty() || round == PC_ROUNDS {
-            refused.extend(busy);
-            break;
-        }
-        todo.retain(|f| busy.iter().any(|b| b.addr == f.addr && b.name == f.name));
-    }
-    Ok((installed, refused))
-}
-
-/// Restores patched functions in the stopped process.
-fn unpatch_stopped(p: &mut Process, installed: Vec<Installed>) -> Result<(), ProbeError> {
-    let mut patcher = Patcher::adopt(RemoteSpace::new(p), installed);
-    patcher.remove_all()?;
-    Ok(())
 }
 
 /// Prints what was instrumented and refused (to stderr: the program owns stdout).
