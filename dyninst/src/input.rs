@@ -151,8 +151,10 @@ pub fn read_module(pid: i32, m: &Mapping, limit: u64) -> Result<Vec<u8>, InputEr
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
         .open(&via_map_files);
+    // Errors name the file as the target maps it, and where it was read.
+    let shown = PathBuf::from(format!("{} (pid {pid}, {})", m.name, via_map_files.display()));
     match first {
-        Ok(handle) => read_checked(handle, &via_map_files, limit, |md| same_inode(md, &via_map_files)),
+        Ok(handle) => read_checked(handle, &shown, limit, |md| same_inode(md, &shown)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
             let (handle, shown) = open_in_root(pid, m, &e)?;
             read_checked(handle, &shown, limit, |md| same_inode(md, &shown))
