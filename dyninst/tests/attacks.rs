@@ -455,6 +455,14 @@ fn list_and_report_refuse_files_they_cannot_bound() {
             assert!(!err.contains("panicked"), "{what}: {err}");
         }
     }
+    // A FIFO named as the program to run: refused, not waited on.
+    let out = tool(
+        &["run".as_ref(), "--".as_ref(), fifo.as_os_str()],
+        cwd.path(),
+        Duration::from_secs(10),
+        "run FIFO",
+    );
+    assert_eq!(out.status.code(), Some(1), "run FIFO: {}", text(&out.stderr));
 }
 
 /// A target of uid 65534 whose maps name `/dev/zero` and a 3 GiB sparse file
