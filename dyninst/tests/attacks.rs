@@ -603,6 +603,62 @@ fn another_mount_namespace_is_read_through_the_target() {
     target.assert_running();
 }
 
+/// A target in another mount namespace whose libc path, in the tool's view,
+/// holds another file naming `dlopen`, `malloc`, … at other offsets (each a
+/// trap): attach must read the libc the target mapped, or refuse; calling
+/// an address computed from the wrong file kills the target.
+#[test]
+fn another_mount_namespace_libc_is_the_targets() {
+    if !can_play_attacker() {
+        return;
+    }
+    if let Err(e) = Command::new("unshare").arg("--version").output() {
+        println!("skipped: unshare (util-linux) is needed for a mount namespace: {e}");
+        return;
+    }
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let real_libc = maps
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.rsplit('/').next().is_some_and(|b| b.starts_with("libc.so")))
+        .expect("this test links libc")
+        .to_string();
+    let dir = open_scratch("papirus-attack-nslibc-");
+    let fake =
+        gcc(dir.path(), "fake_libc.c", "libc.so.6", &["-shared", "-fPIC", "-nostdlib", "-fno-builtin", "-w"]);
+    let exe = gcc(dir.path(), "hostile_maps.c", "hostile_maps", &[]);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg("mount --bind \"$1\" \"$2\" && LD_LIBRARY_PATH=\"$3\" exec \"$4\"")
+        .arg("sh")
+        .arg(&real_libc)
+        .args([fake.as_os_str(), dir.path().as_os_str(), exe.as_os_str()]);
+    let mut target = Target::start(cmd);
+    assert_eq!(target.line(), "ready");
+    let pid = target.pid().to_string();
+    let target_maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(target_maps.contains(&fake.display().to_string()), "the target maps libc at the fake's path");
+
+    let cwd = tempfile::tempdir().unwrap();
+    let args: Vec<&OsStr> = vec![
+        "attach".as_ref(),
+        pid.as_ref(),
+        "--duration".as_ref(),
+        "1".as_ref(),
+        "-f".as_ref(),
+        "work".as_ref(),
+    ];
+    let out = tool(&args, cwd.path(), Duration::from_secs(60), "attach (libc of another mount namespace)");
+    let err = text(&out.stderr);
+    std::thread::sleep(Duration::from_millis(200));
+    target.assert_running();
+    if out.status.success() {
+        assert!(text(&out.stdout).contains("work"), "work reported: {}", text(&out.stdout));
+    } else {
+        assert!(err.contains("refused") || err.contains("not the file"), "a clear refusal: {err}");
+    }
+}
+
 /// No literal temp-directory path in the non-test source: scratch files go
 /// through `tempfile` (private, unpredictable), and nothing else belongs there.
 #[test]
