@@ -135,12 +135,18 @@ pub fn find_runtime() -> Result<PathBuf, ProbeError> {
         path: "/proc/self/exe".into(),
         source,
     })?;
+    runtime_beside(&exe)
+}
+
+/// The first of [`RUNTIME_PLACES`] relative to `exe`'s directory that holds
+/// a regular file named [`RUNTIME_FILE`].
+fn runtime_beside(exe: &Path) -> Result<PathBuf, ProbeError> {
     let dir = exe.parent().unwrap_or(Path::new("/"));
     let places: Vec<PathBuf> = RUNTIME_PLACES.iter().map(|p| dir.join(p).join(RUNTIME_FILE)).collect();
     match places.iter().find(|p| std::fs::metadata(p).is_ok_and(|md| md.is_file())) {
         Some(p) => Ok(p.clone()),
         None => Err(ProbeError::NoRuntime {
-            exe,
+            exe: exe.to_path_buf(),
             searched: places.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
         }),
     }
@@ -265,4 +271,30 @@ pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
         });
     }
     serde_json::from_value(v).map_err(|source| ProbeError::BadReport { path: path.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_search_order_is_fixed() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(bin.join("deps")).unwrap();
+        let exe = bin.join("papirus-probe");
+        let err = runtime_beside(&exe).unwrap_err().to_string();
+        for place in ["bin/deps/", "bin/./", "bin/../lib/papirus/"] {
+            assert!(err.contains(&format!("{place}{RUNTIME_FILE}")), "{place} not named: {err}");
+        }
+        // A directory of that name is not a runtime.
+        std::fs::create_dir(bin.join(RUNTIME_FILE)).unwrap();
+        assert!(runtime_beside(&exe).is_err());
+        std::fs::create_dir_all(root.path().join("lib/papirus")).unwrap();
+        std::fs::write(root.path().join("lib/papirus").join(RUNTIME_FILE), b"").unwrap();
+        assert_eq!(runtime_beside(&exe).unwrap(), bin.join("../lib/papirus").join(RUNTIME_FILE));
+        // deps/ comes first, whichever copy is newer.
+        std::fs::write(bin.join("deps").join(RUNTIME_FILE), b"").unwrap();
+        assert_eq!(runtime_beside(&exe).unwrap(), bin.join("deps").join(RUNTIME_FILE));
+    }
 }
