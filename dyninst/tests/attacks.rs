@@ -558,28 +558,34 @@ fn another_mount_namespace_is_read_through_the_target() {
     let pid = target.pid().to_string();
     let cwd = tempfile::tempdir().unwrap();
 
-    let out = tool(
-        &["list".as_ref(), "--json".as_ref(), "--pid".as_ref(), pid.as_ref()],
-        cwd.path(),
-        Duration::from_secs(10),
-        "list --pid (another mount namespace)",
-    );
-    assert!(out.status.success(), "list: {}", text(&out.stderr));
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let module = v["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["path"].as_str().is_some_and(|p| p.ends_with("libvariant.so")))
-        .expect("the library is listed");
-    let names: Vec<&str> =
-        module["functions"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
-    assert!(
-        names.contains(&"b_only_1") && !names.contains(&"a_only"),
-        "the namespace's build is read: {names:?}"
-    );
-    let listed = module["functions"].as_array().unwrap().iter().find(|f| f["name"] == "variant_fn").unwrap();
-    assert_eq!(listed["address"].as_u64(), Some(addr), "variant_fn where the target has it");
+    // As root (through /proc/PID/map_files), and without CAP_SYS_ADMIN and
+    // CAP_CHECKPOINT_RESTORE (through the target's root, /proc/PID/root).
+    for without_caps in [false, true] {
+        let mut cmd = Command::new("setpriv");
+        if without_caps {
+            cmd.arg("--bounding-set=-sys_admin,-checkpoint_restore");
+        }
+        cmd.args([TOOL, "list", "--json", "--pid", &pid]).current_dir(cwd.path());
+        let child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let out = bounded(child, Duration::from_secs(10), "list --pid (another mount namespace)");
+        assert!(out.status.success(), "list (without caps: {without_caps}): {}", text(&out.stderr));
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let module = v["modules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["path"].as_str().is_some_and(|p| p.ends_with("libvariant.so")))
+            .expect("the library is listed");
+        let names: Vec<&str> =
+            module["functions"].as_array().unwrap().iter().filter_map(|f| f["name"].as_str()).collect();
+        assert!(
+            names.contains(&"b_only_1") && !names.contains(&"a_only"),
+            "the namespace's build is read (without caps: {without_caps}): {names:?}"
+        );
+        let listed =
+            module["functions"].as_array().unwrap().iter().find(|f| f["name"] == "variant_fn").unwrap();
+        assert_eq!(listed["address"].as_u64(), Some(addr), "variant_fn where the target has it");
+    }
 
     let args: Vec<&OsStr> = vec![
         "attach".as_ref(),
