@@ -124,13 +124,16 @@ pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
         .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
         .open(path)
         .map_err(io)?;
-    read_checked(handle, path, limit, |_| Ok(()))
+    let data = read_checked(handle, path, limit, b"", |_| Ok(()))?;
+    Ok(data.unwrap_or_default())
 }
 
-/// Reads the file process `pid` maps at `m`, at most `limit` bytes: through
-/// `/proc/PID/map_files`, else through the target's root; either way only
-/// when its device and inode are the mapping's.
-pub fn read_module(pid: i32, m: &Mapping, limit: u64) -> Result<Vec<u8>, InputError> {
+/// Reads the ELF file process `pid` maps at `m`, at most `limit` bytes:
+/// through `/proc/PID/map_files`, else through the target's root; either way
+/// only when its device and inode are the mapping's. `None` when the file
+/// does not start with the ELF magic (a data file, a JIT cache): only those
+/// 4 bytes are read then.
+pub fn read_module(pid: i32, m: &Mapping, limit: u64) -> Result<Option<Vec<u8>>, InputError> {
     let via_map_files = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end));
     let same_inode = |md: &std::fs::Metadata, path: &Path| {
         let found = (rustix::fs::major(md.dev()), rustix::fs::minor(md.dev()));
@@ -154,10 +157,10 @@ pub fn read_module(pid: i32, m: &Mapping, limit: u64) -> Result<Vec<u8>, InputEr
     // Errors name the file as the target maps it, and where it was read.
     let shown = PathBuf::from(format!("{} (pid {pid}, {})", m.name, via_map_files.display()));
     match first {
-        Ok(handle) => read_checked(handle, &shown, limit, |md| same_inode(md, &shown)),
+        Ok(handle) => read_checked(handle, &shown, limit, ELF_MAGIC, |md| same_inode(md, &shown)),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES)) => {
             let (handle, shown) = open_in_root(pid, m, &e)?;
-            read_checked(handle, &shown, limit, |md| same_inode(md, &shown))
+            read_checked(handle, &shown, limit, ELF_MAGIC, |md| same_inode(md, &shown))
         }
         Err(source) => Err(InputError::Io { path: via_map_files, source }),
     }
@@ -190,14 +193,18 @@ fn open_in_root(
     Ok((File::from(fd), shown))
 }
 
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+
 /// Checks the `O_PATH` handle (`check` adds the caller's test), reopens it
-/// for reading, checks the reopened file is the same, reads it bounded.
+/// for reading, checks the reopened file is the same, reads it bounded;
+/// `None` when it does not start with `magic`.
 fn read_checked(
     handle: File,
     path: &Path,
     limit: u64,
+    magic: &[u8],
     check: impl Fn(&std::fs::Metadata) -> Result<(), InputError>,
-) -> Result<Vec<u8>, InputError> {
+) -> Result<Option<Vec<u8>>, InputError> {
     let io = |source| InputError::Io { path: path.to_path_buf(), source };
     let md = handle.metadata().map_err(io)?;
     let ft = md.file_type();
@@ -231,12 +238,16 @@ fn read_checked(
         return Err(io(std::io::Error::other("the file changed while it was being opened")));
     }
     let mut data = Vec::with_capacity(md.len() as usize);
+    (&mut file).take(magic.len() as u64).read_to_end(&mut data).map_err(io)?;
+    if data != magic {
+        return Ok(None);
+    }
     // One byte past the bound tells a file that grew since fstat.
-    (&mut file).take(limit + 1).read_to_end(&mut data).map_err(io)?;
+    (&mut file).take(limit + 1 - data.len() as u64).read_to_end(&mut data).map_err(io)?;
     if data.len() as u64 > limit {
         return Err(InputError::TooLarge { path: path.to_path_buf(), size: data.len() as u64, limit });
     }
-    Ok(data)
+    Ok(Some(data))
 }
 
 #[cfg(test)]
@@ -268,8 +279,8 @@ mod tests {
         let pid = std::process::id() as i32;
         let maps = crate::maps::read(pid).unwrap();
         let exe = maps.iter().find(|m| m.perms.exec && m.file().is_some()).unwrap();
-        let data = read_module(pid, exe, MODULE_LIMIT).unwrap();
-        assert_eq!(&data[..4], b"\x7fELF");
+        let data = read_module(pid, exe, MODULE_LIMIT).unwrap().expect("an ELF file");
+        assert_eq!(&data[..4], ELF_MAGIC);
         let mut wrong = exe.clone();
         wrong.inode += 1;
         let err = read_module(pid, &wrong, MODULE_LIMIT).unwrap_err();

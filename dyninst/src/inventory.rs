@@ -381,11 +381,10 @@ fn group_by_file(mappings: &[Mapping]) -> Vec<Vec<&Mapping>> {
 /// root, checked against the mapping's device and inode, bounded). `None`
 /// when the file is not ELF (a JIT cache, a data file).
 fn open_mapped(pid: i32, first: &Mapping) -> crate::Result<Option<ElfFile>> {
-    let data = input::read_module(pid, first, input::MODULE_LIMIT)?;
-    if !data.starts_with(b"\x7fELF") {
-        return Ok(None);
+    match input::read_module(pid, first, input::MODULE_LIMIT)? {
+        Some(data) => Ok(Some(ElfFile::parse(&first.name, data)?)),
+        None => Ok(None),
     }
-    Ok(Some(ElfFile::parse(&first.name, data)?))
 }
 
 /// A path as given when it names a file, else the first match on `PATH`.

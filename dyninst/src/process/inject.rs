@@ -249,7 +249,8 @@ fn find_module<'a>(mappings: &'a [Mapping], prefix: &str) -> Option<&'a Mapping>
 /// The module `m` maps, read as the process sees it (never by its name in
 /// our own view: another mount namespace may hold another file there).
 fn open_module(pid: i32, m: &Mapping) -> Result<(ElfFile, u64)> {
-    let data = crate::input::read_module(pid, m, crate::input::MODULE_LIMIT)?;
+    // A file without the ELF magic fails to parse, with that reason.
+    let data = crate::input::read_module(pid, m, crate::input::MODULE_LIMIT)?.unwrap_or_default();
     let elf = ElfFile::parse(&m.name, data)?;
     let bias = elf.load_bias(m.start, m.offset).ok_or_else(|| Error::NotFound {
         what: format!("the load bias of {}", m.name),
