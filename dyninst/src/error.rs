@@ -20,6 +20,9 @@ pub enum Error {
     /// A program, process or module that cannot be listed.
     #[error(transparent)]
     Inventory(#[from] crate::inventory::InventoryError),
+    /// A file refused or unreadable (not regular, too large, not the mapped one).
+    #[error(transparent)]
+    Input(#[from] crate::input::InputError),
 
     /// No process (or thread) with this id exists.
     #[error("no process with pid {pid}: check the pid (ps -p {pid})")]

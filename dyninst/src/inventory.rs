@@ -25,6 +25,7 @@ use std::sync::{Arc, OnceLock};
 use papirus_substrate::elf::{Binding, ElfFile, ElfKind, PltStub, Symbol, SymbolKind, Table};
 use serde::Serialize;
 
+use crate::input;
 use crate::maps::{self, Mapping};
 pub use patchable::{Patchability, Prologue, Reason};
 
@@ -269,7 +270,7 @@ impl Inventory {
     /// ([`InventoryError::NoSymbols`]): there would be nothing to list or probe.
     pub fn of_file(program: impl AsRef<Path>) -> crate::Result<Inventory> {
         let path = resolve_program(program.as_ref())?;
-        let elf = Arc::new(ElfFile::open(&path)?);
+        let elf = Arc::new(ElfFile::parse(&path, input::read_file(&path, input::MODULE_LIMIT)?)?);
         if elf.functions().next().is_none() {
             return Err(InventoryError::NoSymbols { path }.into());
         }
@@ -319,7 +320,7 @@ impl Inventory {
             }
             let first = group[0];
             // One unreadable or malformed module must not hide the others.
-            let elf = match open_mapped(pid, first, group.iter().find(|m| m.perms.exec).copied()) {
+            let elf = match open_mapped(pid, first) {
                 Ok(Some(elf)) => elf,
                 Ok(None) => continue,
                 Err(e) => {
@@ -375,40 +376,15 @@ fn group_by_file(mappings: &[Mapping]) -> Vec<Vec<&Mapping>> {
     order
 }
 
-/// Opens the ELF file behind a mapping: by its path when that still is the
-/// mapped file (same inode), else through `/proc/PID/map_files` (deleted or
-/// replaced files, other mount namespaces). `None` when the file is not
-/// ELF (a JIT cache, a data file).
-fn open_mapped(pid: i32, first: &Mapping, exec: Option<&Mapping>) -> crate::Result<Option<ElfFile>> {
-    use std::os::unix::fs::MetadataExt;
-    let by_path = PathBuf::from(&first.name);
-    let same_file = !first.name.ends_with(" (deleted)")
-        && std::fs::metadata(&by_path).is_ok_and(|md| md.ino() == first.inode);
-    let via_proc = exec.map(|m| PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end)));
-    let candidates = [same_file.then_some(by_path), via_proc];
-    let mut last_err = None;
-    for path in candidates.into_iter().flatten() {
-        match has_elf_magic(&path) {
-            Ok(false) => return Ok(None),
-            Ok(true) => {
-                let data = std::fs::read(&path)
-                    .map_err(|source| papirus_substrate::Error::Io { path: path.clone(), source })?;
-                return Ok(Some(ElfFile::parse(&first.name, data)?));
-            }
-            Err(e) => last_err = Some((path, e)),
-        }
-    }
-    match last_err {
-        Some((path, source)) => Err(papirus_substrate::Error::Io { path, source }.into()),
+/// Reads the ELF file behind a mapping as the process sees it (see
+/// [`crate::input::read_module`]: `/proc/PID/map_files`, or the target's
+/// root, checked against the mapping's device and inode, bounded). `None`
+/// when the file is not ELF (a JIT cache, a data file).
+fn open_mapped(pid: i32, first: &Mapping) -> crate::Result<Option<ElfFile>> {
+    match input::read_module(pid, first, input::MODULE_LIMIT)? {
+        Some(data) => Ok(Some(ElfFile::parse(&first.name, data)?)),
         None => Ok(None),
     }
-}
-
-fn has_elf_magic(path: &Path) -> std::io::Result<bool> {
-    use std::io::Read;
-    let mut magic = [0u8; 4];
-    let mut f = std::fs::File::open(path)?;
-    Ok(f.read_exact(&mut magic).is_ok() && magic == *b"\x7fELF")
 }
 
 /// A path as given when it names a file, else the first match on `PATH`.

@@ -29,6 +29,8 @@ pub struct Mapping {
     pub perms: Perms,
     /// Offset in the mapped file.
     pub offset: u64,
+    /// Device of the mapped file, `(major, minor)`; `(0, 0)` when anonymous.
+    pub dev: (u32, u32),
     /// Inode of the mapped file, 0 for anonymous memory.
     pub inode: u64,
     /// The file, or a pseudo-name such as `[heap]`, `[stack]`, `[vdso]`; empty when anonymous.
@@ -63,10 +65,12 @@ fn parse_line(line: &str) -> Result<Mapping, BadLine> {
     let bad = || BadLine(line.to_string());
     let mut fields = line.splitn(6, ' ');
     let mut next = || fields.next().ok_or_else(bad);
-    let (range, perms, offset, _dev, inode) = (next()?, next()?, next()?, next()?, next()?);
+    let (range, perms, offset, dev, inode) = (next()?, next()?, next()?, next()?, next()?);
     let name = fields.next().unwrap_or("").trim_start().to_string();
     let (start, end) = range.split_once('-').ok_or_else(bad)?;
     let hex = |s: &str| u64::from_str_radix(s, 16).map_err(|_| bad());
+    let (major, minor) = dev.split_once(':').ok_or_else(bad)?;
+    let dev_part = |s: &str| u32::from_str_radix(s, 16).map_err(|_| bad());
     let p = perms.as_bytes();
     if p.len() != 4 {
         return Err(bad());
@@ -76,6 +80,7 @@ fn parse_line(line: &str) -> Result<Mapping, BadLine> {
         end: hex(end)?,
         perms: Perms { read: p[0] == b'r', write: p[1] == b'w', exec: p[2] == b'x', private: p[3] == b'p' },
         offset: hex(offset)?,
+        dev: (dev_part(major)?, dev_part(minor)?),
         inode: inode.parse().map_err(|_| bad())?,
         name,
     })
@@ -164,6 +169,7 @@ mod tests {
         assert_eq!(m[1].start, 0x555555556000);
         assert!(m[1].perms.exec && m[1].perms.private && !m[1].perms.write);
         assert_eq!(m[1].offset, 0x2000);
+        assert_eq!(m[1].dev, (0xfe, 0x01));
         assert_eq!(m[2].file().unwrap(), PathBuf::from("/usr/lib/x86_64-linux-gnu/libc.so.6"));
         assert_eq!(m[3].file(), None);
         assert_eq!(m[4].name, "[stack]");
@@ -173,6 +179,7 @@ mod tests {
     fn rejects_garbage() {
         assert!(parse("not a maps line").is_err());
         assert!(parse("1000-zz r-xp 0 0 0").is_err());
+        assert!(parse("1000-2000 r-xp 0 fe 0").is_err(), "a device without minor");
     }
 
     #[test]

@@ -10,24 +10,16 @@ use papirus_dyninst::inventory::{Inventory, Patchability, Reason};
 use papirus_substrate::elf::{ElfFile, SymbolKind};
 use serde_json::Value;
 
-/// A scratch directory removed on drop.
-struct Scratch(PathBuf);
+/// A private scratch directory (mkdtemp), removed on drop.
+struct Scratch(tempfile::TempDir);
 
 impl Scratch {
     fn new(tag: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("papirus-inventory-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
+        Scratch(tempfile::Builder::new().prefix(&format!("papirus-inventory-{tag}-")).tempdir().unwrap())
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        self.0.path().join(name)
     }
 }
 
@@ -530,7 +522,7 @@ fn bad_input_is_a_clear_error() {
     let text = dir.path("notes.txt");
     std::fs::write(&text, "not a program\n").unwrap();
     fails_with(&["list", text.to_str().unwrap()], "not an ELF file");
-    fails_with(&["list", dir.0.to_str().unwrap()], "Is a directory");
+    fails_with(&["list", dir.0.path().to_str().unwrap()], "is a directory, not a regular file");
     fails_with(&["list", "--pid", "99999999"], "no process with pid 99999999");
     fails_with(&["list", "--pid=-5"], "no process with pid -5");
     // kthreadd (pid 2) is a kernel thread in the initial pid namespace.

@@ -10,8 +10,25 @@ use std::time::{Duration, Instant};
 use papirus_highlevel::region::{self, Config, RegionError, region, region_begin, region_end};
 use papirus_highlevel::report::{self, Report, ThreadReport};
 
+/// The output directory of the setup every test shares: a private
+/// temporary directory, removed when the test binary exits.
+static OUT: OnceLock<tempfile::TempDir> = OnceLock::new();
+
+extern "C" fn remove_out_dir() {
+    if let Some(dir) = OUT.get() {
+        let _ = std::fs::remove_dir_all(dir.path());
+    }
+}
+
 fn out_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("papirus-regions-test-{}", std::process::id()))
+    OUT.get_or_init(|| {
+        // SAFETY: `remove_out_dir` is a plain `extern "C" fn()` that only
+        // touches a static; registering it has no precondition.
+        unsafe { libc::atexit(remove_out_dir) };
+        tempfile::Builder::new().prefix("papirus-regions-test-").tempdir().unwrap()
+    })
+    .path()
+    .to_path_buf()
 }
 
 /// One setup for the whole test binary: default events, a private output
@@ -370,9 +387,9 @@ fn report_is_written_at_exit() {
         "{} missing: cargo test builds examples; run `cargo build -p papirus-highlevel --examples`",
         bin.display()
     );
+    let scratch = tempfile::tempdir().unwrap();
     for how in ["return", "exit"] {
-        let dir = out_dir().join(format!("exit-{how}"));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = scratch.path().join(format!("exit-{how}"));
         let out = std::process::Command::new(&bin)
             .arg(how)
             .env("PAPIRUS_OUTPUT_DIRECTORY", &dir)
@@ -406,8 +423,7 @@ fn report_is_written_at_exit() {
         assert!(json.with_extension("txt").exists());
     }
     // PAPI's variable, in PAPI's spelling, when papirus' own is unset.
-    let dir = out_dir().join("exit-papi-events");
-    let _ = std::fs::remove_dir_all(&dir);
+    let dir = scratch.path().join("exit-papi-events");
     let out = std::process::Command::new(&bin)
         .env("PAPIRUS_OUTPUT_DIRECTORY", &dir)
         .env_remove("PAPIRUS_EVENTS")

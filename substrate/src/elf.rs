@@ -242,9 +242,12 @@ impl ElfFile {
     ///
     /// A missing or unreadable file gives [`Error::Io`]; anything that is not
     /// a 64-bit ELF file, or is truncated or malformed, gives [`Error::Elf`].
+    /// Only a regular file of at most [`MAX_FILE_BYTES`] is read, opened
+    /// without blocking: a FIFO, a device or a huge sparse file named here is
+    /// refused at once rather than hang or fill memory.
     pub fn open(path: impl AsRef<Path>) -> Result<ElfFile> {
         let path = path.as_ref();
-        let data = std::fs::read(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
+        let data = read_bounded(path)?;
         Self::parse(path, data)
     }
 
@@ -476,6 +479,43 @@ impl ElfFile {
     pub fn function_at(&self, vaddr: u64) -> Option<&Symbol> {
         self.functions().filter(|s| s.address == vaddr || s.range().contains(&vaddr)).min_by_key(|s| s.size)
     }
+}
+
+/// Largest file [`ElfFile::open`] reads: far above any real executable or
+/// library, far below what a sparse file can claim.
+pub const MAX_FILE_BYTES: u64 = 1 << 30;
+
+/// The bytes of regular file `path`, at most [`MAX_FILE_BYTES`].
+fn read_bounded(path: &Path) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let bad = |reason: String| Error::Elf { path: path.to_path_buf(), reason };
+    // O_NONBLOCK: opening a FIFO must not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io)?;
+    let md = file.metadata().map_err(io)?;
+    if !md.is_file() {
+        return Err(bad(format!(
+            "not a regular file ({:?}): only regular files of at most {MAX_FILE_BYTES} bytes are read",
+            md.file_type()
+        )));
+    }
+    if md.len() > MAX_FILE_BYTES {
+        return Err(bad(format!(
+            "{} bytes, over the {MAX_FILE_BYTES}-byte bound of ELF files read",
+            md.len()
+        )));
+    }
+    let mut data = Vec::with_capacity(md.len() as usize);
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut data).map_err(io)?;
+    if data.len() as u64 > MAX_FILE_BYTES {
+        return Err(bad(format!("grew past the {MAX_FILE_BYTES}-byte bound of ELF files read")));
+    }
+    Ok(data)
 }
 
 fn align_down(x: u64, align: u64) -> u64 {
@@ -894,6 +934,16 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.errno(), Some(crate::sys::Errno(libc::ENOENT)));
+        // Not regular, or too large: refused at once, without reading.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        let sparse = dir.path().join("sparse");
+        std::fs::File::create(&sparse).unwrap().set_len(3 << 30).unwrap();
+        for path in [Path::new("/dev/zero"), dir.path(), &fifo, &sparse] {
+            let err = ElfFile::open(path).unwrap_err();
+            assert!(err.to_string().contains(&MAX_FILE_BYTES.to_string()), "{}: {err}", path.display());
+        }
     }
 
     #[inline(never)]
@@ -958,23 +1008,6 @@ mod tests {
             other => panic!("{other}"),
         }
     }
-    /// A scratch directory removed on drop.
-    struct Scratch(PathBuf);
-
-    impl Scratch {
-        fn new(tag: &str) -> Scratch {
-            let dir = std::env::temp_dir().join(format!("papirus-elf-{tag}-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            Scratch(dir)
-        }
-    }
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     const C_SOURCE: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
@@ -1029,7 +1062,7 @@ int main(int argc, char **argv) {
     /// layout gcc and ld produce here: lazy, `-z now`, IBT (`.plt.sec`), non-PIE.
     #[test]
     fn plt_layouts_match_objdump() {
-        let dir = Scratch::new("plt");
+        let dir = tempfile::tempdir().unwrap();
         let layouts: [(&str, &[&str]); 5] = [
             ("lazy", &[]),
             ("now", &["-Wl,-z,now"]),
@@ -1038,7 +1071,7 @@ int main(int argc, char **argv) {
             ("nopie_ibt", &["-no-pie", "-Wl,-z,ibtplt"]),
         ];
         for (name, flags) in layouts {
-            let Some(exe) = build_c(&dir.0, name, flags) else { return };
+            let Some(exe) = build_c(dir.path(), name, flags) else { return };
             let f = ElfFile::open(&exe).unwrap();
             let Some(dump) = tool_output("objdump", &["-d"], &exe) else { return };
             let mut expected: Vec<(String, u64)> = dump
@@ -1071,8 +1104,8 @@ int main(int argc, char **argv) {
     /// after `strip`, only dynamic symbols remain and the file says so.
     #[test]
     fn c_program_matches_nm_and_strip() {
-        let dir = Scratch::new("nm");
-        let Some(exe) = build_c(&dir.0, "prog", &["-rdynamic"]) else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let Some(exe) = build_c(dir.path(), "prog", &["-rdynamic"]) else { return };
         let f = ElfFile::open(&exe).unwrap();
         assert!(!f.is_stripped());
         let Some(nm) = tool_output("nm", &["--defined-only", "-S"], &exe) else { return };
@@ -1125,7 +1158,7 @@ int main(int argc, char **argv) {
         assert!(f.lookup_function("counter").is_err(), "data is not a function");
         assert_eq!(f.lookup_symbol("counter").unwrap().kind, SymbolKind::Object);
 
-        let stripped = dir.0.join("prog.stripped");
+        let stripped = dir.path().join("prog.stripped");
         match std::process::Command::new("strip").arg("-o").arg(&stripped).arg(&exe).status() {
             Ok(s) => assert!(s.success(), "strip failed"),
             Err(e) => {

@@ -388,7 +388,6 @@ impl fmt::Display for HwInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     fn write(root: &Path, rel: &str, content: &str) {
         let p = root.join(rel);
@@ -396,38 +395,40 @@ mod tests {
         std::fs::write(p, content).unwrap();
     }
 
-    fn fixture(name: &str) -> PathBuf {
-        let root = std::env::temp_dir().join(format!("papirus-hwinfo-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        write(&root, "proc/cpuinfo", "processor\t: 0\nmodel name\t: Test CPU 9000\n");
-        write(&root, "proc/sys/kernel/perf_event_paranoid", "2\n");
-        write(&root, "sys/devices/system/cpu/online", "0-3\n");
+    /// A fake machine root in a private directory, removed when dropped.
+    fn fixture(name: &str) -> tempfile::TempDir {
+        let dir = tempfile::Builder::new().prefix(&format!("papirus-hwinfo-{name}-")).tempdir().unwrap();
+        let root = dir.path();
+        write(root, "proc/cpuinfo", "processor\t: 0\nmodel name\t: Test CPU 9000\n");
+        write(root, "proc/sys/kernel/perf_event_paranoid", "2\n");
+        write(root, "sys/devices/system/cpu/online", "0-3\n");
         for (cpu, core) in [(0, 0), (1, 0), (2, 1), (3, 1)] {
-            write(&root, &format!("sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"), "0\n");
-            write(&root, &format!("sys/devices/system/cpu/cpu{cpu}/topology/core_id"), &format!("{core}\n"));
+            write(root, &format!("sys/devices/system/cpu/cpu{cpu}/topology/physical_package_id"), "0\n");
+            write(root, &format!("sys/devices/system/cpu/cpu{cpu}/topology/core_id"), &format!("{core}\n"));
         }
-        write(&root, "sys/devices/system/node/online", "0-1\n");
+        write(root, "sys/devices/system/node/online", "0-1\n");
         for (i, (level, kind, size, shared)) in
             [(1, "Data", "48K", "0-1"), (2, "Unified", "2048K", "0-1"), (3, "Unified", "32M", "0-3")]
                 .iter()
                 .enumerate()
         {
             let d = format!("sys/devices/system/cpu/cpu0/cache/index{i}");
-            write(&root, &format!("{d}/level"), &format!("{level}\n"));
-            write(&root, &format!("{d}/type"), &format!("{kind}\n"));
-            write(&root, &format!("{d}/size"), &format!("{size}\n"));
-            write(&root, &format!("{d}/shared_cpu_list"), &format!("{shared}\n"));
+            write(root, &format!("{d}/level"), &format!("{level}\n"));
+            write(root, &format!("{d}/type"), &format!("{kind}\n"));
+            write(root, &format!("{d}/size"), &format!("{size}\n"));
+            write(root, &format!("{d}/shared_cpu_list"), &format!("{shared}\n"));
         }
         for (pmu, t) in [("software", 1), ("tracepoint", 2), ("breakpoint", 5)] {
-            write(&root, &format!("sys/bus/event_source/devices/{pmu}/type"), &format!("{t}\n"));
+            write(root, &format!("sys/bus/event_source/devices/{pmu}/type"), &format!("{t}\n"));
         }
-        root
+        dir
     }
 
     #[test]
     fn fixture_topology_caches_and_missing_core_pmu() {
-        let root = fixture("nopmu");
-        let h = HwInfo::collect_from(&root);
+        let dir = fixture("nopmu");
+        let root = dir.path();
+        let h = HwInfo::collect_from(root);
         assert_eq!(h.model_name.as_deref(), Some("Test CPU 9000"));
         assert_eq!((h.cpus, h.cores, h.threads_per_core, h.sockets, h.numa_nodes), (4, 2, 2, 1, 2));
         assert_eq!(h.caches.len(), 3);
@@ -441,9 +442,9 @@ mod tests {
         assert_eq!(h.rdpmc, None);
         assert_eq!(h.perf_event_paranoid, Some(2));
         // With a core PMU the CPUID numbers are reported, and rdpmc is read.
-        write(&root, "sys/bus/event_source/devices/cpu/type", "4\n");
-        write(&root, "sys/bus/event_source/devices/cpu/rdpmc", "1\n");
-        let h = HwInfo::collect_from(&root);
+        write(root, "sys/bus/event_source/devices/cpu/type", "4\n");
+        write(root, "sys/bus/event_source/devices/cpu/rdpmc", "1\n");
+        let h = HwInfo::collect_from(root);
         assert_eq!(h.counters.core_pmu.as_deref(), Some("cpu"));
         assert_eq!(h.counters.reason, None);
         assert_eq!((h.counters.general_purpose, h.counters.fixed), h.counters.cpuid_claims);
@@ -451,7 +452,6 @@ mod tests {
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["format_version"], FORMAT_VERSION);
         assert!(h.to_string().contains("Test CPU 9000"));
-        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -108,10 +108,8 @@ pub fn resolve(main: &ElfFile, main_path: &Path) -> Vec<Dependency> {
 }
 
 fn open_x86_64(path: &Path) -> Option<ElfFile> {
-    if !path.is_file() {
-        return None;
-    }
-    ElfFile::open(path).ok().filter(|e| e.machine() == EM_X86_64)
+    let data = crate::input::read_file(path, crate::input::MODULE_LIMIT).ok()?;
+    ElfFile::parse(path, data).ok().filter(|e| e.machine() == EM_X86_64)
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -135,7 +133,8 @@ fn search_list(list: Option<&str>, origin_file: &Path) -> Vec<PathBuf> {
 
 /// The directories an ld.so.conf names, following `include` globs (`*` in the file name).
 fn ld_so_conf_dirs(conf: &Path, depth: usize) -> Vec<PathBuf> {
-    let Ok(text) = std::fs::read_to_string(conf) else { return Vec::new() };
+    let Ok(bytes) = crate::input::read_file(conf, crate::input::CONFIG_LIMIT) else { return Vec::new() };
+    let text = String::from_utf8_lossy(&bytes);
     let mut out = Vec::new();
     for line in text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()) {
         if let Some(pattern) = line.strip_prefix("include").map(str::trim) {
@@ -183,14 +182,14 @@ mod tests {
 
     #[test]
     fn ld_so_conf_includes() {
-        let dir = std::env::temp_dir().join(format!("papirus-ldconf-{}", std::process::id()));
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = scratch.path();
         std::fs::create_dir_all(dir.join("conf.d")).unwrap();
         std::fs::write(dir.join("ld.so.conf"), "# comment\n/opt/first\ninclude conf.d/*.conf\n").unwrap();
         std::fs::write(dir.join("conf.d/b.conf"), "/opt/b\n").unwrap();
         std::fs::write(dir.join("conf.d/a.conf"), "/opt/a # trailing\ninclude ../ld.so.conf\n").unwrap();
         std::fs::write(dir.join("conf.d/ignored.txt"), "/opt/no\n").unwrap();
         let dirs = ld_so_conf_dirs(&dir.join("ld.so.conf"), 0);
-        let _ = std::fs::remove_dir_all(&dir);
         // The self-include loops until the depth limit, then stops.
         assert_eq!(dirs[0], PathBuf::from("/opt/first"));
         assert_eq!(dirs[1], PathBuf::from("/opt/a"));

@@ -264,12 +264,14 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
         .lines()
         .find(|l| l.starts_with("#define TINY_BODY"))
         .ok_or("probe_bench.c defines no TINY_BODY")?;
-    let dir = Scratch(std::env::temp_dir().join(format!(
-        "papirus-probe-uftrace-{}-{}",
-        std::process::id(),
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
-    )));
-    std::fs::create_dir_all(&dir.0).map_err(|e| format!("{}: {e}", dir.0.display()))?;
+    // A fresh private directory (mkdtemp, 0700), removed by `Scratch`'s drop.
+    let dir = Scratch(
+        tempfile::Builder::new()
+            .prefix("papirus-probe-uftrace-")
+            .tempdir()
+            .map_err(|e| format!("a new temporary directory: {e}"))?
+            .keep(),
+    );
     let src = dir.0.join("uftrace_driver.c");
     let exe = dir.0.join("uftrace_driver");
     std::fs::write(&src, uftrace_driver(body)).map_err(|e| format!("{}: {e}", src.display()))?;

@@ -149,12 +149,12 @@ fn dlerror() -> String {
 impl Target {
     /// Builds [`SOURCE`] with `gcc -O2 -shared -fPIC` and loads it.
     pub fn build() -> Result<Target, CostError> {
-        let dir = std::env::temp_dir().join(format!(
-            "papirus-probe-cost-{}-{}",
-            std::process::id(),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos()
-        ));
-        std::fs::create_dir_all(&dir).map_err(|source| CostError::Io { path: dir.clone(), source })?;
+        // A fresh private directory (mkdtemp, 0700), removed by `Target`'s drop.
+        let dir = tempfile::Builder::new()
+            .prefix("papirus-probe-cost-")
+            .tempdir()
+            .map_err(|source| CostError::Io { path: "a new temporary directory".into(), source })?
+            .keep();
         // From here on the directory goes away with `t` (or on an early return).
         let mut t = Target { path: dir.join("libprobe_cost.so"), dir, handle: 0, bodies: [0; 4], drive: 0 };
         let src = t.dir.join("probe_bench.c");

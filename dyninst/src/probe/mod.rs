@@ -4,10 +4,8 @@
 //! `report`).
 //!
 //! The runtime (`libpapirus_probe_runtime.so`) is found with no configuration
-//! beside the running executable: cargo builds it with papirus-probe into
-//! `target/<profile>/deps/` (and copies it to `target/<profile>/` when the
-//! runtime package is built by name); the newest copy wins. `$PAPIRUS_PROBE_RUNTIME`
-//! overrides.
+//! at fixed places relative to the running executable, first hit wins (see
+//! [`RUNTIME_PLACES`]); `$PAPIRUS_PROBE_RUNTIME` overrides.
 
 mod attach;
 pub mod calibrate;
@@ -50,12 +48,15 @@ pub enum ProbeError {
     Patch(#[from] PatchError),
     /// The runtime library is not where it should be.
     #[error(
-        "the probe runtime {RUNTIME_FILE} is not beside {exe} nor named by ${RUNTIME_ENV}: \
-         build it with `cargo build -p papirus-probe-runtime` (same profile as papirus-probe)"
+        "the probe runtime {RUNTIME_FILE} was not found for {}: looked in {searched} \
+         (and ${RUNTIME_ENV} is unset); build it with `cargo build -p papirus-probe-runtime` \
+         (same profile as papirus-probe)", .exe.display()
     )]
     NoRuntime {
         /// The running executable.
         exe: PathBuf,
+        /// Every place looked, in order.
+        searched: String,
     },
     /// A file the tool reads or writes.
     #[error("{op} {path}: {source}")]
@@ -109,7 +110,22 @@ pub enum ProbeError {
     Events(String),
 }
 
-/// Finds the runtime library.
+/// Where the runtime is looked for, relative to the directory of the
+/// running executable, in this order; the first that exists wins.
+///
+/// - `deps/`: `cargo build`/`cargo run` put the tool in `target/<profile>/`
+///   and build the runtime, a dependency, into `target/<profile>/deps/`;
+///   that copy is rebuilt with the tool (the one uplifted to
+///   `target/<profile>/` is refreshed only when the runtime is built by name).
+/// - `.`: test binaries live in `deps/` themselves; an installed tool may
+///   keep the runtime beside it.
+/// - `../lib/papirus/`: an installation under a prefix (`bin/`, `lib/papirus/`).
+pub const RUNTIME_PLACES: [&str; 3] = ["deps", ".", "../lib/papirus"];
+
+/// Finds the runtime library: `$PAPIRUS_PROBE_RUNTIME` when set, else the
+/// first of [`RUNTIME_PLACES`] beside the running executable that holds
+/// a regular file of that name. Never a directory the user did not install
+/// papirus in, and never "the newest of several".
 pub fn find_runtime() -> Result<PathBuf, ProbeError> {
     if let Some(p) = std::env::var_os(RUNTIME_ENV) {
         return Ok(PathBuf::from(p));
@@ -119,16 +135,21 @@ pub fn find_runtime() -> Result<PathBuf, ProbeError> {
         path: "/proc/self/exe".into(),
         source,
     })?;
+    runtime_beside(&exe)
+}
+
+/// The first of [`RUNTIME_PLACES`] relative to `exe`'s directory that holds
+/// a regular file named [`RUNTIME_FILE`].
+fn runtime_beside(exe: &Path) -> Result<PathBuf, ProbeError> {
     let dir = exe.parent().unwrap_or(Path::new("/"));
-    // cargo builds the cdylib into target/<profile>/deps and copies it up to
-    // target/<profile>/ only when the runtime package itself is built: take
-    // the newest copy. Test binaries live in deps/ themselves.
-    [dir.join(RUNTIME_FILE), dir.join("deps").join(RUNTIME_FILE), dir.join("..").join(RUNTIME_FILE)]
-        .into_iter()
-        .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
-        .max_by_key(|(t, _)| *t)
-        .map(|(_, p)| p)
-        .ok_or(ProbeError::NoRuntime { exe })
+    let places: Vec<PathBuf> = RUNTIME_PLACES.iter().map(|p| dir.join(p).join(RUNTIME_FILE)).collect();
+    match places.iter().find(|p| std::fs::metadata(p).is_ok_and(|md| md.is_file())) {
+        Some(p) => Ok(p.clone()),
+        None => Err(ProbeError::NoRuntime {
+            exe: exe.to_path_buf(),
+            searched: places.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        }),
+    }
 }
 
 /// Parses a probe name.
@@ -231,10 +252,13 @@ pub fn print_summary(installed: usize, refused: &[Refused]) {
 
 /// Reads a report file.
 pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ProbeError::Io {
+    // A regular file of bounded size, opened without blocking: `report` on a
+    // FIFO, a device or a huge sparse file fails at once.
+    let bytes = crate::input::read_file(path, crate::input::REPORT_LIMIT).map_err(crate::Error::from)?;
+    let text = String::from_utf8(bytes).map_err(|e| ProbeError::Io {
         op: "read report",
         path: path.into(),
-        source,
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|source| ProbeError::BadReport { path: path.into(), source })?;
@@ -247,4 +271,30 @@ pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
         });
     }
     serde_json::from_value(v).map_err(|source| ProbeError::BadReport { path: path.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_search_order_is_fixed() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(bin.join("deps")).unwrap();
+        let exe = bin.join("papirus-probe");
+        let err = runtime_beside(&exe).unwrap_err().to_string();
+        for place in ["bin/deps/", "bin/./", "bin/../lib/papirus/"] {
+            assert!(err.contains(&format!("{place}{RUNTIME_FILE}")), "{place} not named: {err}");
+        }
+        // A directory of that name is not a runtime.
+        std::fs::create_dir(bin.join(RUNTIME_FILE)).unwrap();
+        assert!(runtime_beside(&exe).is_err());
+        std::fs::create_dir_all(root.path().join("lib/papirus")).unwrap();
+        std::fs::write(root.path().join("lib/papirus").join(RUNTIME_FILE), b"").unwrap();
+        assert_eq!(runtime_beside(&exe).unwrap(), bin.join("../lib/papirus").join(RUNTIME_FILE));
+        // deps/ comes first, whichever copy is newer.
+        std::fs::write(bin.join("deps").join(RUNTIME_FILE), b"").unwrap();
+        assert_eq!(runtime_beside(&exe).unwrap(), bin.join("deps").join(RUNTIME_FILE));
+    }
 }

@@ -144,7 +144,7 @@ impl Process {
             pid: self.pid,
             detail: "no mapped file by that name in /proc/PID/maps".into(),
         })?;
-        let (elf, bias) = open_module(m)?;
+        let (elf, bias) = open_module(self.pid, m)?;
         Ok(bias.wrapping_add(elf.lookup_function(name)?.address))
     }
 
@@ -163,7 +163,7 @@ impl Process {
                     .into(),
             });
         };
-        let (elf, bias) = open_module(libc)?;
+        let (elf, bias) = open_module(self.pid, libc)?;
         let at = |elf: &ElfFile, bias: u64, name: &str| {
             elf.lookup_function(name).ok().map(|s| bias.wrapping_add(s.address))
         };
@@ -171,7 +171,7 @@ impl Process {
             return Ok(Loader { dlopen, dlsym, dlerror: at(&elf, bias, "dlerror"), extra_mode: 0 });
         }
         if let Some(libdl) = find_module(&mappings, "libdl.so") {
-            let (dl, dl_bias) = open_module(libdl)?;
+            let (dl, dl_bias) = open_module(self.pid, libdl)?;
             if let (Some(dlopen), Some(dlsym)) = (at(&dl, dl_bias, "dlopen"), at(&dl, dl_bias, "dlsym")) {
                 return Ok(Loader { dlopen, dlsym, dlerror: at(&dl, dl_bias, "dlerror"), extra_mode: 0 });
             }
@@ -195,7 +195,7 @@ impl Process {
     fn pick_safe_worker(&mut self) -> Result<()> {
         for _ in 0..MAX_ROUNDS {
             let mappings = self.mappings()?;
-            let danger = Danger::new(&mappings);
+            let danger = Danger::new(self.pid, &mappings);
             for tid in self.threads() {
                 if self.usable(tid).is_ok() && !danger.contains(self.regs(tid)?.rip) {
                     self.worker = tid;
@@ -246,8 +246,12 @@ fn find_module<'a>(mappings: &'a [Mapping], prefix: &str) -> Option<&'a Mapping>
         .find(|m| m.name.rsplit('/').next().is_some_and(|b| b.starts_with(prefix)))
 }
 
-fn open_module(m: &Mapping) -> Result<(ElfFile, u64)> {
-    let elf = ElfFile::open(&m.name)?;
+/// The module `m` maps, read as the process sees it (never by its name in
+/// our own view: another mount namespace may hold another file there).
+fn open_module(pid: i32, m: &Mapping) -> Result<(ElfFile, u64)> {
+    // A file without the ELF magic fails to parse, with that reason.
+    let data = crate::input::read_module(pid, m, crate::input::MODULE_LIMIT)?.unwrap_or_default();
+    let elf = ElfFile::parse(&m.name, data)?;
     let bias = elf.load_bias(m.start, m.offset).ok_or_else(|| Error::NotFound {
         what: format!("the load bias of {}", m.name),
         pid: 0,
@@ -283,7 +287,7 @@ const ALLOCATOR: &[&str] = &[
 ];
 
 impl Danger {
-    fn new(mappings: &[Mapping]) -> Danger {
+    fn new(pid: i32, mappings: &[Mapping]) -> Danger {
         let mut ranges = Vec::new();
         for m in mappings.iter().filter(|m| m.perms.exec) {
             let base = m.name.rsplit('/').next().unwrap_or("");
@@ -292,7 +296,7 @@ impl Danger {
             }
         }
         if let Some(libc) = find_module(mappings, "libc.so")
-            && let Ok((elf, bias)) = open_module(libc)
+            && let Ok((elf, bias)) = open_module(pid, libc)
         {
             for name in ALLOCATOR {
                 if let Ok(s) = elf.lookup_function(name) {
@@ -387,7 +391,7 @@ impl Process {
         let mappings = self.mappings()?;
         for module in ["libc.so", "libpthread.so"] {
             let Some(m) = find_module(&mappings, module) else { continue };
-            let (elf, bias) = open_module(m)?;
+            let (elf, bias) = open_module(self.pid, m)?;
             let at = |name: &str| elf.lookup_function(name).ok().map(|s| bias.wrapping_add(s.address));
             if let (Some(create), Some(detach)) = (at("pthread_create"), at("pthread_detach")) {
                 return Ok(Some(Threading { create, detach }));

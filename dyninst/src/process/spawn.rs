@@ -233,7 +233,13 @@ fn check_elf(path: &Path) -> Result<()> {
         return Err(not_elf("a directory".into()));
     }
     let mut magic = [0u8; 4];
-    let n = match std::fs::File::open(path) {
+    // O_NONBLOCK: a FIFO named as the program must not hang the open.
+    let opened = std::os::unix::fs::OpenOptionsExt::custom_flags(
+        std::fs::OpenOptions::new().read(true),
+        libc::O_NONBLOCK | libc::O_NOCTTY,
+    )
+    .open(path);
+    let n = match opened {
         Ok(mut f) => f.read(&mut magic).unwrap_or(0),
         // Unreadable but maybe executable: let execve decide.
         Err(_) => return Ok(()),

@@ -75,10 +75,11 @@ const DEMO_SOURCE: &str = include_str!("../../../tests/targets/probe_program.c")
 /// `papirus-probe demo`: builds the bundled example with gcc and runs it
 /// instrumented, as `run` would.
 pub fn demo(args: &DemoArgs) -> Result<(), Failure> {
-    let dir = std::env::temp_dir().join(format!("papirus-probe-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let src = dir.join("probe_program.c");
-    let exe = dir.join("probe_program");
+    // A fresh private directory (mkdtemp, mode 0700): nobody else can have
+    // put a source, a binary or a link in it before gcc writes there.
+    let dir = tempfile::Builder::new().prefix("papirus-probe-demo-").tempdir()?;
+    let src = dir.path().join("probe_program.c");
+    let exe = dir.path().join("probe_program");
     std::fs::write(&src, DEMO_SOURCE)?;
     let built = std::process::Command::new("gcc")
         .args(["-O2", "-pthread", "-o"])
@@ -97,7 +98,7 @@ pub fn demo(args: &DemoArgs) -> Result<(), Failure> {
         sort: args.sort,
         command: vec![exe.clone().into_os_string()],
     });
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(dir);
     result
 }
 
