@@ -25,12 +25,12 @@ pub use papirus_probe_runtime::{Probe, Report, Session};
 pub use attach::{AttachOptions, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
-pub use report::{SortKey, format_report};
+pub use report::{NAME_WIDTH, ProbeCost, SortKey, View, format_report, format_summary};
 pub use run::{RunOptions, RunSummary, run};
-pub use select::Selection;
 use select::select;
+pub use select::{MAIN_MODULE, Selection};
 
-use crate::patch::{PatchError, Refused};
+use crate::patch::{Installed, PatchError, Refused};
 use crate::process::Process;
 
 /// File name of the runtime library.
@@ -84,6 +84,14 @@ pub enum ProbeError {
         found: u32,
         /// Ours.
         expected: u32,
+    },
+    /// A `--module` pattern that names no module of the process.
+    #[error("no module of the process matches `{pattern}`; its modules: {modules}")]
+    NoModule {
+        /// The pattern.
+        pattern: String,
+        /// The modules there are.
+        modules: String,
     },
     /// No function matched the selection.
     #[error("no function of {modules} matches {globs}: see `papirus-probe list`")]
@@ -221,12 +229,74 @@ fn call_with_path(p: &mut Process, func: u64, path: &Path) -> Result<u64, ProbeE
     Ok(r)
 }
 
-/// Prints what was instrumented and refused (to stderr: the program owns stdout).
-pub fn print_summary(installed: usize, refused: &[Refused]) {
-    for r in refused {
-        eprintln!("papirus-probe: refused {} at {:#x}: {}", r.name, r.addr, r.reason);
+/// Prints what was instrumented and refused, to stderr (the program owns
+/// stdout). The run and attach flows call it right after patching, before the
+/// target resumes, so a hang still shows it. Refusals with the same reason
+/// are one line with a count; the unwinder hooks papirus adds for itself are
+/// not counted as instrumented functions. A failed write is ignored: the
+/// target is stopped and must be resumed whatever stderr does.
+pub fn print_summary(installed: &[Installed], refused: &[Refused]) {
+    let _ = write_summary(&mut std::io::stderr().lock(), installed, refused);
+}
+
+fn write_summary(
+    out: &mut impl std::io::Write,
+    installed: &[Installed],
+    refused: &[Refused],
+) -> std::io::Result<()> {
+    let mut groups: Vec<(String, Vec<&Refused>)> = Vec::new();
+    for r in refused.iter().filter(|r| !select::is_internal_hook(&r.name)) {
+        let reason = r.reason.to_string();
+        match groups.iter_mut().find(|(g, _)| *g == reason) {
+            Some((_, v)) => v.push(r),
+            None => groups.push((reason, vec![r])),
+        }
     }
-    eprintln!("papirus-probe: instrumented {installed} functions, refused {}", refused.len());
+    for (reason, rs) in &groups {
+        match rs.as_slice() {
+            [r] => writeln!(out, "papirus-probe: refused {} at {:#x}: {reason}", escape(&r.name), r.addr)?,
+            _ => {
+                let shown: Vec<String> = rs.iter().take(3).map(|r| escape(&r.name)).collect();
+                let more = if rs.len() > 3 { ", …" } else { "" };
+                writeln!(
+                    out,
+                    "papirus-probe: refused {} functions ({}{more}): {reason}",
+                    rs.len(),
+                    shown.join(", ")
+                )?;
+            }
+        }
+    }
+    let hooks = installed.iter().filter(|i| select::is_internal_hook(&i.name)).count();
+    let refused_hooks = refused.iter().filter(|r| select::is_internal_hook(&r.name)).count();
+    write!(
+        out,
+        "papirus-probe: instrumented {} functions, refused {}",
+        installed.len() - hooks,
+        refused.len() - refused_hooks
+    )?;
+    if hooks + refused_hooks > 0 {
+        write!(out, " (plus {hooks} unwinder hooks of papirus' own")?;
+        if refused_hooks > 0 {
+            write!(
+                out,
+                "; {refused_hooks} of them refused: C++ exceptions through instrumented frames may misreport"
+            )?;
+        }
+        write!(out, ")")?;
+    }
+    writeln!(out)
+}
+
+/// `name` with control characters (terminal escapes included) written as
+/// Rust escapes, so a symbol name cannot drive the terminal.
+pub fn escape(name: &str) -> String {
+    if !name.chars().any(char::is_control) {
+        return name.to_string();
+    }
+    name.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// Reads a report file.
