@@ -294,3 +294,74 @@ fn attach_survives_full_stderr_and_prints_its_summary() {
     target.kill().unwrap();
     target.wait().unwrap();
 }
+
+/// Every printed profile row's (inclusive, exclusive) microseconds, for the
+/// wallclock probe (no counter columns): the last six fields of a row are
+/// calls, unwound, incl, excl, min, max.
+fn printed_rows(report: &str) -> Vec<(String, f64, f64)> {
+    let value = |s: &str| match s.trim_end_matches('*') {
+        "<0.001" => 0.0005,
+        v => v.parse::<f64>().unwrap_or_else(|_| panic!("not a time: {s}")),
+    };
+    let mut rows = Vec::new();
+    let mut in_table = false;
+    for line in report.lines() {
+        if line.starts_with("  function ") {
+            in_table = true;
+            continue;
+        }
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if !in_table
+            || !line.starts_with("  ")
+            || fields.len() < 7
+            || fields[fields.len() - 6].parse::<u64>().is_err()
+        {
+            in_table = false;
+            continue;
+        }
+        let n = fields.len();
+        rows.push((fields[..n - 6].join(" "), value(fields[n - 4]), value(fields[n - 3])));
+    }
+    rows
+}
+
+fn assert_consistent(what: &str, report: &str) {
+    assert!(report.contains("times: microseconds (us)"), "{what}: units not stated: {report}");
+    let rows = printed_rows(report);
+    assert!(!rows.is_empty(), "{what}: no rows in {report}");
+    for (name, incl, excl) in &rows {
+        assert!(excl <= incl, "{what}: {name} prints exclusive {excl} > inclusive {incl}: {report}");
+    }
+}
+
+#[test]
+fn printed_reports_keep_inclusive_above_exclusive() {
+    let dir = tempfile::tempdir().unwrap();
+    let targets = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets");
+    let program = dir.path().join("probe_program");
+    gcc(&[
+        "-O2".as_ref(),
+        "-pthread".as_ref(),
+        "-o".as_ref(),
+        program.as_ref(),
+        targets.join("probe_program.c").as_ref(),
+    ]);
+    // Recursion, longjmp and threads.
+    let o = probe().args(["run", "--full", "--wide", "--"]).arg(&program).output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_consistent("probe_program", &err);
+    assert!(err.contains("all threads (sums across threads"), "{err}");
+    assert!(err.contains("fib -> fib:") && err.contains("recursive"), "{err}");
+    assert!(err.contains("wall time: "), "{err}");
+    // An attach window: activations open when it begins and ends.
+    let b = build();
+    let mut target = Command::new(&b.program).arg("loop").stdout(Stdio::null()).spawn().unwrap();
+    let o =
+        probe().args(["attach", &target.id().to_string(), "--duration", "0.3", "--full"]).output().unwrap();
+    target.kill().unwrap();
+    target.wait().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert_consistent("attach window", &err);
+}

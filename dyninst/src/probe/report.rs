@@ -348,13 +348,30 @@ pub fn format_report(r: &Report, view: &View) -> String {
         let _ = writeln!(out, "{CLAMP_NOTE}");
     }
     let _ = writeln!(out, "\ncaller -> callee (inclusive time of the callee under this caller)");
+    // A callee's time under one caller is part of its own inclusive time:
+    // nested recursive activations would count it again.
+    let mut callee_incl: BTreeMap<u32, u64> = BTreeMap::new();
+    for t in r.threads.iter().filter(|t| view.thread.is_none_or(|n| n == t.tid)) {
+        for f in &t.functions {
+            *callee_incl.entry(f.id).or_default() += f.incl_ticks;
+        }
+    }
     let mut list: Vec<_> = edges.into_iter().collect();
     list.sort_by_key(|(_, (_, incl))| std::cmp::Reverse(*incl));
     let hidden = view.top.map_or(0, |n| list.len().saturating_sub(n));
     list.truncate(list.len() - hidden);
     let name = |id: u32| escape(r.functions.get(id as usize).map_or("?", String::as_str));
     for ((caller, callee), (calls, incl)) in list {
-        let t = if r.ticks_per_second > 0.0 { format!("{} us", us(r.ns(incl))) } else { "-".into() };
+        let bound = callee_incl.get(&callee).copied().unwrap_or(0);
+        let t = if r.ticks_per_second == 0.0 {
+            "-".into()
+        } else if caller == callee {
+            format!("recursive: time within {}'s inclusive time", name(callee))
+        } else if incl > bound {
+            format!("{} us (recursion: bounded by the callee's inclusive time)", us(r.ns(bound)))
+        } else {
+            format!("{} us", us(r.ns(incl)))
+        };
         let _ = writeln!(out, "  {} -> {}: {} calls, {}", name(caller), name(callee), calls, t);
     }
     if hidden > 0 {
@@ -373,7 +390,7 @@ pub fn format_summary(r: &Report, view: &View) -> String {
     let called = all.iter().filter(|f| f.calls > 0).count();
     let _ = writeln!(
         out,
-        "  totals: {calls} calls of {called} distinct functions on {} threads; {open} activations open at the end",
+        "  totals: {calls} calls of {called} distinct functions; threads: {}; activations open at the end: {open}",
         r.threads.len()
     );
     let top = View { top: Some(view.top.unwrap_or(10)), ..view.clone() };
@@ -475,13 +492,34 @@ mod tests {
     }
 
     #[test]
+    fn recursive_pairs_are_not_counted_twice() {
+        // fib called once from main; nested fib activations sum to more than fib's own time.
+        let edges = vec![
+            EdgeReport { caller: 0, callee: 1, calls: 1, incl_ticks: 700 },
+            EdgeReport { caller: 1, callee: 1, calls: 20, incl_ticks: 8000 },
+            EdgeReport { caller: 1, callee: 2, calls: 3, incl_ticks: 900 },
+            EdgeReport { caller: 2, callee: 1, calls: 3, incl_ticks: 850 },
+        ];
+        let r = report(
+            &["main", "fib", "odd"],
+            vec![thread(1, vec![f(0, 1, 1000, 300), f(1, 24, 700, 600), f(2, 3, 800, 100)], edges)],
+        );
+        let text = format_report(&r, &View::default());
+        assert!(text.contains("fib -> fib: 20 calls, recursive"), "{text}");
+        assert!(!text.contains("8.000"), "{text}");
+        assert!(text.contains("fib -> odd: 3 calls, 0.800 us (recursion"), "{text}");
+        assert!(text.contains("odd -> fib: 3 calls, 0.700 us (recursion"), "{text}");
+        assert!(text.contains("main -> fib: 1 calls, 0.700 us\n"), "{text}");
+    }
+
+    #[test]
     fn summary_has_totals_and_top() {
         let r = report(
             &["a", "b", "c"],
             vec![thread(1, vec![f(0, 1, 30, 30), f(1, 2, 20, 20), f(2, 3, 10, 10)], vec![])],
         );
         let text = format_summary(&r, &View { top: Some(2), ..View::default() });
-        assert!(text.contains("totals: 6 calls of 3 distinct functions"), "{text}");
+        assert!(text.contains("totals: 6 calls of 3 distinct functions; threads: 1"), "{text}");
         assert!(text.contains("1 more"), "{text}");
         assert!(!text.contains("\n  c "), "{text}");
     }

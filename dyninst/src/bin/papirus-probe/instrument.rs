@@ -109,6 +109,9 @@ pub struct DemoArgs {
     probe: ProbeArgs,
     #[command(flatten)]
     view: ViewArgs,
+    /// Print the full report on stderr instead of the summary.
+    #[arg(long)]
+    full: bool,
 }
 
 /// The bundled example: nested calls, recursion, several return paths, a
@@ -138,7 +141,7 @@ pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
     let result = run(&RunArgs {
         probe: args.probe.clone(),
         view: args.view.clone(),
-        full: false,
+        full: args.full,
         command: vec![exe.clone().into_os_string()],
     });
     let _ = std::fs::remove_dir_all(&dir);
