@@ -365,3 +365,47 @@ fn printed_reports_keep_inclusive_above_exclusive() {
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_consistent("attach window", &err);
 }
+
+#[test]
+fn probe_cost_is_shown_and_subtracted() {
+    let b = build();
+    let dir = b.dir.path();
+    let costs = dir.join("costs.json");
+    let o = probe().args(["calibrate", "--quick", "--only", "probe", "--json"]).arg(&costs).output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let json = dir.join("r.json");
+    let o = probe()
+        .args(["run", "--module", "main,libcli.so", "--costs"])
+        .arg(&costs)
+        .arg("-o")
+        .arg(&json)
+        .arg("--")
+        .arg(&b.program)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("ns added per instrumented call") && err.contains("predicted"), "{err}");
+    let report = |subtract: bool| {
+        let mut cmd = probe();
+        cmd.arg("report").arg(&json).arg("--costs").arg(&costs);
+        if subtract {
+            cmd.arg("--subtract-cost");
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        assert_consistent("report", &out);
+        printed_rows(&out)
+    };
+    let (kept, subtracted) = (report(false), report(true));
+    assert_eq!(kept.len(), subtracted.len());
+    let incl = |rows: &[(String, f64, f64)], name: &str| rows.iter().find(|r| r.0 == name).unwrap().1;
+    // main_work calls four instrumented functions ten times each, twice.
+    assert!(incl(&subtracted, "main_work") < incl(&kept, "main_work"), "{kept:?} {subtracted:?}");
+    // One thread, so one row per function: nothing grows by subtracting.
+    for k in &kept {
+        let s = subtracted.iter().find(|r| r.0 == k.0).unwrap();
+        assert!(s.1 <= k.1 && s.2 <= k.2, "{k:?} {s:?}");
+    }
+}
