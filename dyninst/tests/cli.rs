@@ -409,3 +409,24 @@ fn probe_cost_is_shown_and_subtracted() {
         assert!(s.1 <= k.1 && s.2 <= k.2, "{k:?} {s:?}");
     }
 }
+
+#[test]
+fn libc_summary_is_short_and_printed_before_the_program_runs() {
+    let b = build();
+    let o = probe().args(["run", "--module", "libc.so.6", "--"]).arg(&b.program).output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let refusals = err.lines().filter(|l| l.starts_with("papirus-probe: refused")).count();
+    // Thousands of functions, a few dozen refusal reasons at most; aliases are patched once.
+    assert!(refusals < 40, "{refusals} refusal lines: {err}");
+    assert!(!err.contains("an alias at the same address"), "{err}");
+    let count = err.lines().find(|l| l.starts_with("papirus-probe: instrumented ")).expect("count line");
+    let n: u64 = count.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(n > 1000, "{count}");
+    // Printed while patching, before the program's own output (one stream for both).
+    let program = b.program.to_str().unwrap();
+    let o = under_sh("2>&1", &["run", "--module", "libc.so.6", "--", program]);
+    let both = text(&o.stdout);
+    let (count, output) = (both.find("papirus-probe: instrumented "), both.find("cli_program output"));
+    assert!(count.is_some() && output.is_some() && count < output, "{both}");
+}

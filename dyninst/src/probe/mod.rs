@@ -236,56 +236,7 @@ fn call_with_path(p: &mut Process, func: u64, path: &Path) -> Result<u64, ProbeE
 /// not counted as instrumented functions. A failed write is ignored: the
 /// target is stopped and must be resumed whatever stderr does.
 pub fn print_summary(installed: &[Installed], refused: &[Refused]) {
-    let _ = write_summary(&mut std::io::stderr().lock(), installed, refused);
-}
-
-fn write_summary(
-    out: &mut impl std::io::Write,
-    installed: &[Installed],
-    refused: &[Refused],
-) -> std::io::Result<()> {
-    let mut groups: Vec<(String, Vec<&Refused>)> = Vec::new();
-    for r in refused.iter().filter(|r| !select::is_internal_hook(&r.name)) {
-        let reason = r.reason.to_string();
-        match groups.iter_mut().find(|(g, _)| *g == reason) {
-            Some((_, v)) => v.push(r),
-            None => groups.push((reason, vec![r])),
-        }
-    }
-    for (reason, rs) in &groups {
-        match rs.as_slice() {
-            [r] => writeln!(out, "papirus-probe: refused {} at {:#x}: {reason}", escape(&r.name), r.addr)?,
-            _ => {
-                let shown: Vec<String> = rs.iter().take(3).map(|r| escape(&r.name)).collect();
-                let more = if rs.len() > 3 { ", …" } else { "" };
-                writeln!(
-                    out,
-                    "papirus-probe: refused {} functions ({}{more}): {reason}",
-                    rs.len(),
-                    shown.join(", ")
-                )?;
-            }
-        }
-    }
-    let hooks = installed.iter().filter(|i| select::is_internal_hook(&i.name)).count();
-    let refused_hooks = refused.iter().filter(|r| select::is_internal_hook(&r.name)).count();
-    write!(
-        out,
-        "papirus-probe: instrumented {} functions, refused {}",
-        installed.len() - hooks,
-        refused.len() - refused_hooks
-    )?;
-    if hooks + refused_hooks > 0 {
-        write!(out, " (plus {hooks} unwinder hooks of papirus' own")?;
-        if refused_hooks > 0 {
-            write!(
-                out,
-                "; {refused_hooks} of them refused: C++ exceptions through instrumented frames may misreport"
-            )?;
-        }
-        write!(out, ")")?;
-    }
-    writeln!(out)
+    let _ = report::write_summary(&mut std::io::stderr().lock(), installed, refused);
 }
 
 /// `name` with control characters (terminal escapes included) written as

@@ -14,6 +14,8 @@ use std::fmt::Write;
 use papirus_probe_runtime::{FunctionReport, Report};
 
 use super::escape;
+use super::select::is_internal_hook;
+use crate::patch::{Installed, Refused};
 
 /// Column a profile is sorted by (descending).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -402,6 +404,56 @@ pub fn format_summary(r: &Report, view: &View) -> String {
     out
 }
 
+/// The lines of [`super::print_summary`].
+pub(super) fn write_summary(
+    out: &mut impl std::io::Write,
+    installed: &[Installed],
+    refused: &[Refused],
+) -> std::io::Result<()> {
+    let mut groups: Vec<(String, Vec<&Refused>)> = Vec::new();
+    for r in refused.iter().filter(|r| !is_internal_hook(&r.name)) {
+        let reason = r.reason.to_string();
+        match groups.iter_mut().find(|(g, _)| *g == reason) {
+            Some((_, v)) => v.push(r),
+            None => groups.push((reason, vec![r])),
+        }
+    }
+    for (reason, rs) in &groups {
+        match rs.as_slice() {
+            [r] => writeln!(out, "papirus-probe: refused {} at {:#x}: {reason}", escape(&r.name), r.addr)?,
+            _ => {
+                let shown: Vec<String> = rs.iter().take(3).map(|r| escape(&r.name)).collect();
+                let more = if rs.len() > 3 { ", …" } else { "" };
+                writeln!(
+                    out,
+                    "papirus-probe: refused {} functions ({}{more}): {reason}",
+                    rs.len(),
+                    shown.join(", ")
+                )?;
+            }
+        }
+    }
+    let hooks = installed.iter().filter(|i| is_internal_hook(&i.name)).count();
+    let refused_hooks = refused.iter().filter(|r| is_internal_hook(&r.name)).count();
+    write!(
+        out,
+        "papirus-probe: instrumented {} functions, refused {}",
+        installed.len() - hooks,
+        refused.len() - refused_hooks
+    )?;
+    if hooks + refused_hooks > 0 {
+        write!(out, " (plus {} unwinder hooks of papirus' own", hooks + refused_hooks)?;
+        if refused_hooks > 0 {
+            write!(
+                out,
+                "; {refused_hooks} refused: C++ exceptions through instrumented frames may misreport"
+            )?;
+        }
+        write!(out, ")")?;
+    }
+    writeln!(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -510,6 +562,33 @@ mod tests {
         assert!(text.contains("fib -> odd: 3 calls, 0.800 us (recursion"), "{text}");
         assert!(text.contains("odd -> fib: 3 calls, 0.700 us (recursion"), "{text}");
         assert!(text.contains("main -> fib: 1 calls, 0.700 us\n"), "{text}");
+    }
+
+    #[test]
+    fn refusals_collapse_by_reason_and_hooks_are_not_counted() {
+        use crate::patch::Refusal;
+        let installed = |name: &str| Installed { name: name.into(), at: 0, original: vec![], trampoline: 0 };
+        let refused = |name: &str, reason| Refused { name: name.into(), addr: 0x10, reason };
+        let mut refusals: Vec<Refused> =
+            (0..598).map(|i| refused(&format!("alias{i}"), Refusal::AlreadyPatched)).collect();
+        refusals.push(refused("sigreturn", Refusal::PltStub));
+        refusals.push(refused("_Unwind_Resume", Refusal::PltStub));
+        let done = [installed("main"), installed("work"), installed("_Unwind_RaiseException")];
+        let mut out = Vec::new();
+        write_summary(&mut out, &done, &refusals).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text.lines().count(), 3, "{text}");
+        assert!(
+            text.contains("refused 598 functions (alias0, alias1, alias2, …): already instrumented"),
+            "{text}"
+        );
+        assert!(text.contains("refused sigreturn at 0x10"), "{text}");
+        assert!(
+            text.contains(
+                "instrumented 2 functions, refused 599 (plus 2 unwinder hooks of papirus' own; 1 refused"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
