@@ -353,7 +353,7 @@ fn printed_reports_keep_inclusive_above_exclusive() {
     assert_consistent("probe_program", &err);
     assert!(err.contains("all threads (sums across threads"), "{err}");
     assert!(err.contains("fib -> fib:") && err.contains("recursive"), "{err}");
-    assert!(err.contains("wall time: "), "{err}");
+    assert!(err.contains("window: start to exit, "), "{err}");
     // An attach window: activations open when it begins and ends.
     let b = build();
     let mut target = Command::new(&b.program).arg("loop").stdout(Stdio::null()).spawn().unwrap();
@@ -364,6 +364,7 @@ fn printed_reports_keep_inclusive_above_exclusive() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_consistent("attach window", &err);
+    assert!(err.contains("window: attach to detach, "), "{err}");
 }
 
 #[test]

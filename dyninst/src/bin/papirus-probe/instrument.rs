@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use papirus_calibrate::CostFile;
@@ -262,6 +262,32 @@ fn show(
     output::stderr(&text)
 }
 
+/// The span papirus-probe saw a run or attachment take, by its own clocks
+/// (patching included): a header line until reports carry their own window.
+struct Window {
+    wall: SystemTime,
+    mono: Instant,
+}
+
+impl Window {
+    fn start() -> Window {
+        Window { wall: SystemTime::now(), mono: Instant::now() }
+    }
+
+    fn note(&self, what: &str) -> (String, String) {
+        let took = self.mono.elapsed();
+        let start = self.wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let end = start + took;
+        let value = format!(
+            "{what}, {:.6} s, Unix time {:.6} to {:.6} (papirus-probe's clock, patching included)",
+            took.as_secs_f64(),
+            start.as_secs_f64(),
+            end.as_secs_f64()
+        );
+        ("window".into(), value)
+    }
+}
+
 /// The exit status that passes on how the target ended.
 fn status_of(exit: Exit) -> Result<u8, Failure> {
     match exit {
@@ -285,15 +311,11 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         args: args.command[1..].to_vec(),
         runtime,
     };
-    let started = Instant::now();
+    let window = Window::start();
     let s = probe::run(&opts)?;
-    let wall = started.elapsed();
     let mut view = args.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, {}", s.pid, s.exit)));
-    view.notes.push((
-        "wall time".into(),
-        format!("{:.6} s from start to exit, patching included (papirus-probe's clock)", wall.as_secs_f64()),
-    ));
+    view.notes.push(window.note("start to exit"));
     match show(&file, costs, &args.probe, view, args.full) {
         Ok(()) => {}
         // The runtime writes its report at exit: a program killed by a signal
@@ -338,18 +360,11 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         duration,
         runtime,
     };
-    let started = Instant::now();
+    let window = Window::start();
     probe::attach(&opts, &STOP)?;
-    let wall = started.elapsed();
     let mut view = args.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
-    view.notes.push((
-        "wall time".into(),
-        format!(
-            "{:.6} s from attach to detach, patching included (papirus-probe's clock)",
-            wall.as_secs_f64()
-        ),
-    ));
+    view.notes.push(window.note("attach to detach"));
     show(&file, costs, &args.probe, view, args.full)?;
     Ok(0)
 }
