@@ -431,3 +431,25 @@ fn libc_summary_is_short_and_printed_before_the_program_runs() {
     let (count, output) = (both.find("papirus-probe: instrumented "), both.find("cli_program output"));
     assert!(count.is_some() && output.is_some() && count < output, "{both}");
 }
+
+#[test]
+fn attach_to_another_users_process_without_output_file() {
+    // SAFETY: geteuid reads this process's credentials and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: starting a process as another user needs root (euid is not 0)");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let b = build();
+    std::fs::set_permissions(b.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = 65534;
+    let mut target =
+        Command::new(&b.program).arg("loop").uid(nobody).gid(nobody).stdout(Stdio::null()).spawn().unwrap();
+    let o = probe().args(["attach", &target.id().to_string(), "--duration", "0.2"]).output().unwrap();
+    target.kill().unwrap();
+    target.wait().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("main_work"), "{err}");
+}

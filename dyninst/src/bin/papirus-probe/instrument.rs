@@ -208,15 +208,34 @@ struct ReportFile {
 }
 
 impl ReportFile {
-    fn new(output: Option<&Path>) -> Result<ReportFile, Failure> {
+    /// With `writer`, the running process whose runtime writes the report:
+    /// the directory becomes its user's, who may be another than ours.
+    fn new(output: Option<&Path>, writer: Option<i32>) -> Result<ReportFile, Failure> {
         Ok(match output {
             Some(p) => ReportFile { path: p.to_path_buf(), _dir: None },
             None => {
                 let dir = tempfile::Builder::new().prefix("papirus-probe-").tempdir()?;
+                if let Some(pid) = writer {
+                    give_to(dir.path(), pid)?;
+                }
                 ReportFile { path: dir.path().join("report.json"), _dir: Some(dir) }
             }
         })
     }
+}
+
+/// Gives `dir` to the user and group process `pid` runs as (the owner of
+/// `/proc/PID`), unless they are ours already.
+fn give_to(dir: &Path, pid: i32) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let proc = std::fs::metadata(format!("/proc/{pid}")).map_err(|e| format!("pid {pid}: {e}"))?;
+    let ours = std::fs::metadata(dir)?;
+    if (proc.uid(), proc.gid()) != (ours.uid(), ours.gid()) {
+        std::os::unix::fs::chown(dir, Some(proc.uid()), Some(proc.gid())).map_err(|e| {
+            format!("cannot give the report directory to pid {pid}'s user {}: {e}; give -o FILE in a directory it can write", proc.uid())
+        })?;
+    }
+    Ok(())
 }
 
 /// The `--costs` file, read before the run so a bad one costs no run.
@@ -301,7 +320,7 @@ fn status_of(exit: Exit) -> Result<u8, Failure> {
 pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref())?;
+    let file = ReportFile::new(args.probe.output.as_deref(), None)?;
     let opts = RunOptions {
         probe: p,
         events: args.probe.events.clone(),
@@ -336,7 +355,7 @@ static STOP: AtomicBool = AtomicBool::new(false);
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref())?;
+    let file = ReportFile::new(args.probe.output.as_deref(), Some(args.pid))?;
     let duration = args.duration;
     if duration.is_none() {
         // Ctrl-C is taken by a thread waiting for it, so it ends the
