@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 #[path = "papirus-probe/instrument.rs"]
 mod instrument;
 use papirus_dyninst::inventory::{Function, Inventory, Module, Patchability, Plt, glob_match};
+use papirus_dyninst::probe::MAIN_MODULE;
 use serde::Serialize;
 
 /// Version of the `--json` output of `list`; bumped on incompatible changes.
@@ -35,7 +36,12 @@ const EXIT_HELP: &str = "Output: the profile and every message of papirus-probe 
     long_about = "Find and instrument the functions of a program or a running process.\n\n\
         Start with `list` to see which functions a program or process has, in each \
         of its modules (the executable and its shared libraries), at which address, \
-        and whether their entry can take a trampoline.",
+        and whether their entry can take a trampoline; then `run` a program or `attach` \
+        to a process with chosen functions instrumented.\n\n\
+        Examples:\n  papirus-probe list ./app --patchable\n  \
+        papirus-probe run --functions 'solve*' -o app.json -- ./app\n  \
+        papirus-probe report app.json --top 20\n  \
+        papirus-probe attach 4242 --duration 5",
     after_long_help = EXIT_HELP
 )]
 struct Cli {
@@ -112,7 +118,8 @@ struct ListArgs {
     /// List the modules of this running process instead.
     #[arg(long, short)]
     pid: Option<i32>,
-    /// Only modules whose basename equals, or whose path contains, this text.
+    /// Only modules whose basename equals, or whose path contains, this text
+    /// (`main`: the main program).
     #[arg(long, short, value_name = "M")]
     module: Option<String>,
     /// Only functions whose name (stored or demangled) matches this glob (`*`, `?`).
@@ -143,6 +150,8 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Calibrate { args } => {
+            // papirus-calibrate prints with print!: a closed pipe ends it by SIGPIPE as before.
+            papirus_substrate::sys::default_sigpipe();
             return papirus_calibrate::cli::main_with_args(
                 "papirus-probe calibrate",
                 args,
@@ -312,8 +321,9 @@ fn list(args: &ListArgs) -> Result<(), Failure> {
         (None, Some(program)) => Inventory::of_file(program)?,
         (None, None) => return Err("give a PROGRAM or --pid PID".into()),
     };
+    let named = |m: &Module, p: &str| if p == MAIN_MODULE { m.is_main } else { m.matches(p) };
     let modules: Vec<&Module> =
-        inventory.modules.iter().filter(|m| args.module.as_deref().is_none_or(|p| m.matches(p))).collect();
+        inventory.modules.iter().filter(|m| args.module.as_deref().is_none_or(|p| named(m, p))).collect();
     if modules.is_empty() {
         let names: Vec<String> = inventory.modules.iter().map(Module::basename).collect();
         return Err(format!(
