@@ -402,7 +402,7 @@ fn write_module_table(
 ) -> std::io::Result<()> {
     let funcs: Vec<&Function> =
         m.functions.iter().filter(|f| wanted(&f.name, f.demangled.as_deref())).collect();
-    write!(out, "{}  ({}", m.path.display(), m.kind)?;
+    write!(out, "{}  ({}", papirus_dyninst::probe::escape(&m.path.display().to_string()), m.kind)?;
     if m.base.is_some() {
         write!(out, ", load bias {:#x}", m.load_bias)?;
     }
