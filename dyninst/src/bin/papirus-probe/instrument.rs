@@ -28,11 +28,12 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "E,…", value_delimiter = ',')]
     events: Vec<String>,
     /// Only functions whose name (stored or demangled) matches one of these
-    /// globs (`*`, `?`); repeatable.
+    /// globs (`*`, `?`); repeatable. `@FILE` reads globs from FILE, one per
+    /// line or comma-separated (`#` starts a comment line).
     #[arg(long, short, value_name = "GLOB,…", value_delimiter = ',')]
     functions: Vec<String>,
     /// Leave out functions matching one of these globs, even when --functions
-    /// matches them; repeatable.
+    /// matches them; repeatable; `@FILE` as for --functions.
     #[arg(long, short = 'x', value_name = "GLOB,…", value_delimiter = ',')]
     exclude: Vec<String>,
     /// Instrument this module (basename, or part of its path); repeatable.
@@ -59,11 +60,39 @@ impl ProbeArgs {
         probe::check_events(p, &self.events)?;
         let sel = Selection {
             modules: self.module.clone(),
-            functions: self.functions.clone(),
-            exclude: self.exclude.clone(),
+            functions: expand_globs(&self.functions)?,
+            exclude: expand_globs(&self.exclude)?,
         };
         Ok((p, sel, probe::find_runtime()?))
     }
+}
+
+/// The most a `@FILE` of globs may hold.
+const MAX_GLOB_FILE: u64 = 16 << 20;
+
+/// Globs with each `@FILE` replaced by the globs in FILE: lists too long for
+/// one command-line argument (128 KiB on Linux) fit there.
+fn expand_globs(args: &[String]) -> Result<Vec<String>, Failure> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    for a in args {
+        let Some(path) = a.strip_prefix('@') else {
+            out.push(a.clone());
+            continue;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_GLOB_FILE + 1).read_to_string(&mut text))
+            .map_err(|e| format!("glob file {path}: {e}"))?;
+        if text.len() as u64 > MAX_GLOB_FILE {
+            return Err(format!("glob file {path} is larger than {MAX_GLOB_FILE} bytes").into());
+        }
+        let lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+        out.extend(
+            lines.flat_map(|l| l.split(',')).map(str::trim).filter(|g| !g.is_empty()).map(String::from),
+        );
+    }
+    Ok(out)
 }
 
 /// How the profile is printed (`run`, `attach`, `demo`, `report`).
@@ -400,6 +429,17 @@ pub fn report(args: &ReportArgs) -> Result<u8, Failure> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn glob_files_expand_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("globs");
+        std::fs::write(&file, "# left out\nlib_c\n\n  lib_d , ma*\n").unwrap();
+        let at = format!("@{}", file.display());
+        let got = expand_globs(&["first".into(), at, "last".into()]).unwrap();
+        assert_eq!(got, ["first", "lib_c", "lib_d", "ma*", "last"]);
+        assert!(expand_globs(&[format!("@{}", dir.path().join("missing").display())]).is_err());
+    }
 
     #[test]
     fn durations_are_finite_positive_and_bounded() {
