@@ -108,6 +108,9 @@ struct Row {
     counters: Vec<(u64, u64, bool)>,
 }
 
+/// The longest caller → callee chain followed when subtracting the probe's cost.
+const MAX_CHAIN: usize = 4096;
+
 /// Calls each function makes to instrumented functions: directly, and in all
 /// (descendants, recursion counted once), from the caller → callee pairs.
 fn callee_calls(
@@ -124,7 +127,9 @@ fn callee_calls(
         if let Some(v) = memo.get(&id) {
             return *v;
         }
-        if !path.insert(id) {
+        // A cycle counts once; a chain deeper than any real stack (a crafted
+        // report) is cut rather than overflowing ours.
+        if path.len() >= MAX_CHAIN || !path.insert(id) {
             return 0.0;
         }
         let mut sum = 0.0;
@@ -314,8 +319,8 @@ fn totals(r: &Report) -> Vec<FunctionReport> {
 
 const SUM_LABEL: &str = "all threads (sums across threads: with several threads running at once, \
     times add up to more than the wall-clock time)";
-const CLAMP_NOTE: &str =
-    "  * exclusive clamped to inclusive: activations open across the measurement boundary";
+const CLAMP_NOTE: &str = "  * exclusive clamped to inclusive: activations open across the measurement boundary \
+    (or more probe cost subtracted from inclusive than from exclusive)";
 
 /// Formats the report: every thread (or only `view.thread`), the sum over all
 /// threads, then the caller → callee table.
