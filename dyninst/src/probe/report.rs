@@ -148,7 +148,8 @@ fn callee_calls(
     calls
         .keys()
         .map(|&id| {
-            let direct: u64 = edges.range((id, 0)..=(id, u32::MAX)).map(|(_, (n, _))| n).sum();
+            let direct =
+                edges.range((id, 0)..=(id, u32::MAX)).fold(0u64, |a, (_, (n, _))| a.saturating_add(*n));
             (id, (direct as f64, all(id, edges, calls, &mut memo, &mut BTreeSet::new())))
         })
         .collect()
@@ -305,8 +306,9 @@ fn edges_of(r: &Report, thread: Option<u32>) -> BTreeMap<(u32, u32), (u64, u64)>
     for t in r.threads.iter().filter(|t| thread.is_none_or(|n| n == t.tid)) {
         for e in &t.callees {
             let v = edges.entry((e.caller, e.callee)).or_default();
-            v.0 += e.calls;
-            v.1 += e.incl_ticks;
+            // Report files are data: saturate rather than overflow.
+            v.0 = v.0.saturating_add(e.calls);
+            v.1 = v.1.saturating_add(e.incl_ticks);
         }
     }
     edges
@@ -360,7 +362,8 @@ pub fn format_report(r: &Report, view: &View) -> String {
     let mut callee_incl: BTreeMap<u32, u64> = BTreeMap::new();
     for t in r.threads.iter().filter(|t| view.thread.is_none_or(|n| n == t.tid)) {
         for f in &t.functions {
-            *callee_incl.entry(f.id).or_default() += f.incl_ticks;
+            let v = callee_incl.entry(f.id).or_default();
+            *v = v.saturating_add(f.incl_ticks);
         }
     }
     let mut list: Vec<_> = edges.into_iter().collect();
@@ -392,8 +395,8 @@ pub fn format_summary(r: &Report, view: &View) -> String {
     let mut out = String::new();
     header(&mut out, r, view);
     let all = totals(r);
-    let calls: u64 = all.iter().map(|f| f.calls).sum();
-    let open: u64 = r.threads.iter().map(|t| t.open).sum();
+    let calls = all.iter().fold(0u64, |a, f| a.saturating_add(f.calls));
+    let open = r.threads.iter().fold(0u64, |a, t| a.saturating_add(t.open));
     let called = all.iter().filter(|f| f.calls > 0).count();
     let _ = writeln!(
         out,
@@ -594,6 +597,20 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn crafted_figures_do_not_panic() {
+        let max = u64::MAX;
+        let edge = EdgeReport { caller: 0, callee: 7, calls: max, incl_ticks: max };
+        let mut t = thread(1, vec![f(0, max, max, max), f(9, 1, 0, max)], vec![edge.clone(), edge]);
+        t.open = max;
+        let r = report(&["a"], vec![t]);
+        let cost = ProbeCost { ns_per_call: f64::MAX, source: String::new(), subtract: true };
+        for view in [View::default(), View { cost: Some(cost), top: Some(0), ..View::default() }] {
+            assert!(format_report(&r, &view).contains("caller -> callee"));
+            assert!(format_summary(&r, &view).contains("totals: "));
+        }
     }
 
     #[test]
