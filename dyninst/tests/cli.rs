@@ -288,6 +288,12 @@ fn attach_survives_full_stderr_and_prints_its_summary() {
     let o = under_sh("2>/dev/full", &["attach", &pid, "--duration", "0.2"]);
     no_panic("attach 2>/dev/full", &o);
     assert_eq!(o.status.code(), Some(EXIT_FAILED));
+    let o = under_sh("2>&-", &["attach", &pid, "--duration", "0.2"]);
+    no_panic("attach 2>&-", &o);
+    assert_eq!(o.status.code(), Some(EXIT_FAILED));
+    let (code, line) = head_1(&["attach", &pid, "--duration", "0.2"], true);
+    assert!(!line.contains("panicked"), "{line}");
+    assert!(matches!(code, Some(0 | EXIT_BROKEN_PIPE)), "{code:?} {line}");
     let o = probe().args(["attach", &pid, "--duration", "0.2", "--full"]).output().unwrap();
     no_panic("attach", &o);
     let err = text(&o.stderr);
