@@ -142,6 +142,15 @@ fn exit_status_is_the_programs_own() {
 }
 
 #[test]
+fn forked_children_reports_are_mentioned() {
+    let b = build();
+    let o = probe().args(["run", "--"]).arg(&b.program).arg("fork").output().unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(err.contains("forked children: 1 wrote reports"), "{err}");
+}
+
+#[test]
 fn papirus_failures_have_their_own_statuses() {
     let b = build();
     let missing = b.dir.path().join("no-such-program");

@@ -1,10 +1,12 @@
 /* The papirus-probe command-line tests' program: calls the cli_lib functions
    and its own, then ends as argv[1] says: a code ("0", "5"), "segv", "abort",
-   or "loop" (runs until killed, for attach). Built with gcc -O2. */
+   "loop" (runs until killed, for attach) or "fork" (a child calls main_twice
+   too, then both exit 0). Built with gcc -O2. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 long lib_a(long), lib_b(long), lib_c(long), lib_d(long);
@@ -26,6 +28,13 @@ int main(int argc, char **argv) {
     fflush(stdout);
     if (strcmp(how, "segv") == 0) raise(SIGSEGV);
     if (strcmp(how, "abort") == 0) abort();
+    if (strcmp(how, "fork") == 0) {
+        pid_t child = fork();
+        main_twice(10);
+        if (child == 0) exit(0);
+        waitpid(child, 0, 0);
+        return 0;
+    }
     if (strcmp(how, "loop") == 0)
         for (;;) {
             main_twice(10);

@@ -233,7 +233,7 @@ pub struct ReportArgs {
 /// private temporary directory that goes away with this value.
 struct ReportFile {
     path: PathBuf,
-    _dir: Option<tempfile::TempDir>,
+    dir: Option<tempfile::TempDir>,
 }
 
 impl ReportFile {
@@ -241,13 +241,13 @@ impl ReportFile {
     /// the directory becomes its user's, who may be another than ours.
     fn new(output: Option<&Path>, writer: Option<i32>) -> Result<ReportFile, Failure> {
         Ok(match output {
-            Some(p) => ReportFile { path: p.to_path_buf(), _dir: None },
+            Some(p) => ReportFile { path: p.to_path_buf(), dir: None },
             None => {
                 let dir = tempfile::Builder::new().prefix("papirus-probe-").tempdir()?;
                 if let Some(pid) = writer {
                     give_to(dir.path(), pid)?;
                 }
-                ReportFile { path: dir.path().join("report.json"), _dir: Some(dir) }
+                ReportFile { path: dir.path().join("report.json"), dir: Some(dir) }
             }
         })
     }
@@ -305,6 +305,22 @@ fn show(
     cost_view(costs, probe.subtract_cost, &r, &mut view)?;
     if let Some(o) = &probe.output {
         view.notes.push(("JSON report".into(), o.display().to_string()));
+    }
+    // A forked child's runtime writes `<report>.<pid>` beside it.
+    if let Some(dir) = &file.dir {
+        let children = std::fs::read_dir(dir.path()).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("report.json."))
+                .count()
+        });
+        if children > 0 {
+            view.notes.push((
+                "forked children".into(),
+                format!(
+                    "{children} wrote reports of their own, not shown: keep them with -o FILE (FILE.PID)"
+                ),
+            ));
+        }
     }
     let text = if full { probe::format_report(&r, &view) } else { probe::format_summary(&r, &view) };
     output::stderr(&text)
