@@ -164,8 +164,10 @@ fn run_with_a_cost_file_predicts_the_overhead() {
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let r: papirus_probe_runtime::Report = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let calls: u64 = r.threads.iter().flat_map(|t| &t.functions).map(|f| f.calls).sum();
+    // The prediction is a header line of the profile, on stderr.
+    let stderr = String::from_utf8_lossy(&out.stderr);
     let line =
-        stdout.lines().find(|l| l.starts_with("predicted instrumentation overhead")).expect("no prediction");
+        stderr.lines().find(|l| l.contains("predicted instrumentation overhead")).expect("no prediction");
     let added = file.median_ns(WALLCLOCK).unwrap() - file.median_ns(UNINSTRUMENTED).unwrap();
     assert!(line.contains(&format!(": {calls} calls × {:.1} ns ({WALLCLOCK}", added.max(0.0))), "{line}");
 

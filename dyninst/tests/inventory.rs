@@ -513,7 +513,8 @@ fn bad_input_is_a_clear_error() {
     let fails_with = |args: &[&str], needle: &str| {
         let out = probe(args);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        // 125: papirus-probe's own failure, in every subcommand (`--help`, Exit status).
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {err}");
         assert!(err.contains(needle), "{args:?}: expected `{needle}` in: {err}");
         assert!(!err.contains("panicked"), "{err}");
     };
@@ -560,7 +561,7 @@ fn bad_input_is_a_clear_error() {
     }
     not_permitted();
     let out = probe(&["list"]);
-    assert_eq!(out.status.code(), Some(2), "clap's usage error");
+    assert_eq!(out.status.code(), Some(125), "a usage error is papirus-probe's own failure");
 }
 
 /// Another user's process: listing it as `nobody` is refused with the reason.
@@ -590,7 +591,7 @@ fn not_permitted() {
     match out {
         Ok(o) if String::from_utf8_lossy(&o.stderr).contains("papirus-probe: error:") => {
             let err = String::from_utf8_lossy(&o.stderr);
-            assert_eq!(o.status.code(), Some(1), "{err}");
+            assert_eq!(o.status.code(), Some(125), "{err}");
             assert!(err.contains("cannot read /proc/") && err.contains("same uid or root"), "{err}");
         }
         Ok(o) => {

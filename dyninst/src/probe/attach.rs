@@ -54,6 +54,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
         return Err(ProbeError::Setup { pid, path: session });
     }
     let (installed, refused) = patch_stopped(&mut p, &specs)?;
+    super::print_summary(&installed, &refused);
     let count = installed.len();
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;

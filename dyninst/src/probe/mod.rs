@@ -23,12 +23,12 @@ pub use papirus_probe_runtime::{Probe, Report, Session};
 pub use attach::{AttachOptions, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
-pub use report::{SortKey, format_report};
+pub use report::{NAME_WIDTH, ProbeCost, SortKey, View, format_report, format_summary};
 pub use run::{RunOptions, RunSummary, run};
-pub use select::Selection;
 use select::select;
+pub use select::{MAIN_MODULE, Selection};
 
-use crate::patch::{PatchError, Refused};
+use crate::patch::{Installed, PatchError, Refused};
 use crate::process::Process;
 
 /// File name of the runtime library.
@@ -85,6 +85,14 @@ pub enum ProbeError {
         found: u32,
         /// Ours.
         expected: u32,
+    },
+    /// A `--module` pattern that names no module of the process.
+    #[error("no module of the process matches `{pattern}`; its modules: {modules}")]
+    NoModule {
+        /// The pattern.
+        pattern: String,
+        /// The modules there are.
+        modules: String,
     },
     /// No function matched the selection.
     #[error("no function of {modules} matches {globs}: see `papirus-probe list`")]
@@ -242,12 +250,25 @@ fn call_with_path(p: &mut Process, func: u64, path: &Path) -> Result<u64, ProbeE
     Ok(r)
 }
 
-/// Prints what was instrumented and refused (to stderr: the program owns stdout).
-pub fn print_summary(installed: usize, refused: &[Refused]) {
-    for r in refused {
-        eprintln!("papirus-probe: refused {} at {:#x}: {}", r.name, r.addr, r.reason);
+/// Prints what was instrumented and refused, to stderr (the program owns
+/// stdout). The run and attach flows call it right after patching, before the
+/// target resumes, so a hang still shows it. Refusals with the same reason
+/// are one line with a count; the unwinder hooks papirus adds for itself are
+/// not counted as instrumented functions. A failed write is ignored: the
+/// target is stopped and must be resumed whatever stderr does.
+pub fn print_summary(installed: &[Installed], refused: &[Refused]) {
+    let _ = report::write_summary(&mut std::io::stderr().lock(), installed, refused);
+}
+
+/// `name` with control characters (terminal escapes included) written as
+/// Rust escapes, so a symbol name cannot drive the terminal.
+pub fn escape(name: &str) -> String {
+    if !name.chars().any(char::is_control) {
+        return name.to_string();
     }
-    eprintln!("papirus-probe: instrumented {installed} functions, refused {}", refused.len());
+    name.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
 }
 
 /// Reads a report file.

@@ -64,6 +64,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     })();
     let _ = std::fs::remove_file(&session);
     let (installed, refused) = result?;
+    super::print_summary(&installed, &refused);
     let detached = p.detach()?;
     let exit = loop {
         match detached.wait(Duration::from_secs(3600)) {

@@ -1,19 +1,54 @@
 //! Which functions of a process to instrument: modules and globs to function specs.
 
+use std::collections::HashMap;
+
 use super::{ProbeError, TargetHooks};
-use crate::inventory::{Inventory, glob_match};
+use crate::inventory::{Function, Inventory, Module, glob_match};
 use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
 const NOT_CALLED: [&str; 3] = ["_start", "_dl_start", "_dl_start_user"];
 
+/// The `--module` name of the main program (the executable itself).
+pub const MAIN_MODULE: &str = "main";
+
 /// Which functions to instrument.
 #[derive(Debug, Clone, Default)]
 pub struct Selection {
-    /// Modules whose basename equals, or whose path contains, this; the main program when `None`.
-    pub module: Option<String>,
+    /// Modules whose basename equals, or whose path contains, one of these
+    /// ([`MAIN_MODULE`] names the main program); the main program alone when empty.
+    pub modules: Vec<String>,
     /// Function globs (stored or demangled names); every function when empty.
     pub functions: Vec<String>,
+    /// Function globs left out, even when `functions` matches them.
+    pub exclude: Vec<String>,
+}
+
+impl Selection {
+    fn wants_module(&self, m: &Module) -> bool {
+        if self.modules.is_empty() {
+            return m.is_main;
+        }
+        self.modules.iter().any(|p| if p == MAIN_MODULE { m.is_main } else { m.matches(p) })
+    }
+
+    fn wants_function(&self, f: &Function) -> bool {
+        let hit =
+            |g: &String| glob_match(g, &f.name) || f.demangled.as_deref().is_some_and(|d| glob_match(g, d));
+        (self.functions.is_empty() || self.functions.iter().any(hit)) && !self.exclude.iter().any(hit)
+    }
+}
+
+/// Whether `name` is one of the unwinder entry points the runtime hooks itself.
+pub(crate) fn is_internal_hook(name: &str) -> bool {
+    name == CATCH_BEGIN || UNWIND_BEGIN.contains(&name)
+}
+
+/// Of two names of one address, the one a user would call: no leading
+/// underscore, then the shorter.
+fn preferred<'a>(a: &'a Function, b: &'a Function) -> &'a Function {
+    let key = |f: &Function| (f.name.starts_with('_'), f.name.len());
+    if key(b) < key(a) { b } else { a }
 }
 
 /// The chosen functions (names for the session; specs for the patcher, ids in order)
@@ -24,28 +59,35 @@ pub(super) fn select(
     hooks: &TargetHooks,
     entry: Option<u64>,
 ) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
-    let modules: Vec<_> = inv
-        .modules
-        .iter()
-        .filter(|m| match &sel.module {
-            Some(pat) => m.matches(pat),
-            None => m.is_main,
-        })
-        .filter(|m| !m.basename().starts_with("libpapirus_probe_runtime"))
-        .collect();
+    let runtime = |m: &&Module| m.basename().starts_with("libpapirus_probe_runtime");
+    let modules: Vec<&Module> = inv.modules.iter().filter(|m| !runtime(m) && sel.wants_module(m)).collect();
+    if let Some(p) = sel.modules.iter().find(|p| *p != MAIN_MODULE && !modules.iter().any(|m| m.matches(p))) {
+        return Err(ProbeError::NoModule { pattern: p.clone(), modules: module_names(inv) });
+    }
     let mut names = Vec::new();
     let mut specs = Vec::new();
     for m in &modules {
+        // Aliases share an address: patch it once, under the name a user would call.
+        let mut by_addr: HashMap<u64, &Function> = HashMap::new();
+        let mut order = Vec::new();
         for f in &m.functions {
-            let wanted = sel.functions.is_empty()
-                || sel.functions.iter().any(|g| {
-                    glob_match(g, &f.name) || f.demangled.as_deref().is_some_and(|d| glob_match(g, d))
-                });
             let called = !NOT_CALLED.contains(&f.name.as_str())
+                && !is_internal_hook(&f.name)
                 && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
-            if !wanted || !called || f.size == 0 || f.kind != papirus_substrate::elf::SymbolKind::Function {
+            if !called
+                || f.size == 0
+                || f.kind != papirus_substrate::elf::SymbolKind::Function
+                || !sel.wants_function(f)
+            {
                 continue;
             }
+            by_addr.entry(f.address).and_modify(|kept| *kept = preferred(kept, f)).or_insert_with(|| {
+                order.push(f.address);
+                f
+            });
+        }
+        for addr in order {
+            let f = by_addr[&addr];
             specs.push(FunctionSpec {
                 name: f.display_name().to_string(),
                 addr: f.address,
@@ -57,9 +99,13 @@ pub(super) fn select(
         }
     }
     if specs.is_empty() {
+        let mut globs = if sel.functions.is_empty() { "*".to_string() } else { sel.functions.join(",") };
+        if !sel.exclude.is_empty() {
+            globs.push_str(&format!(" (excluding {})", sel.exclude.join(",")));
+        }
         return Err(ProbeError::NothingSelected {
             modules: modules.iter().map(|m| m.basename()).collect::<Vec<_>>().join(", "),
-            globs: if sel.functions.is_empty() { "*".into() } else { sel.functions.join(",") },
+            globs,
         });
     }
     // The unwinder and the C++ runtime, wherever they are loaded.
@@ -70,4 +116,13 @@ pub(super) fn select(
         }
     }
     Ok((names, specs))
+}
+
+/// The basenames of a process's modules, the main program marked, for error messages.
+fn module_names(inv: &Inventory) -> String {
+    inv.modules
+        .iter()
+        .map(|m| if m.is_main { format!("{} (`{MAIN_MODULE}`)", m.basename()) } else { m.basename() })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -1,14 +1,21 @@
 //! `run`, `attach` and `report`: instrument a program or a running process
 //! with the probe runtime, and print what it measured.
+//!
+//! Nothing of papirus goes to the target's stdout: the profile is printed on
+//! stderr, the JSON report goes to `-o FILE` (or a private temporary
+//! directory, removed afterwards, when no `-o` is given).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use papirus_calibrate::CostFile;
-use papirus_dyninst::probe::{self, AttachOptions, RunOptions, Selection, SortKey};
+use papirus_dyninst::probe::{self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, View};
+use papirus_dyninst::process::Exit;
+
+use crate::output::{self, Failure, note};
 
 /// Options shared by `run` and `attach`.
 #[derive(Clone, Args, Debug)]
@@ -20,28 +27,91 @@ pub struct ProbeArgs {
     /// Counter events for the counters probe (1 to 4, e.g. task-clock,page-faults).
     #[arg(long, value_name = "E,…", value_delimiter = ',')]
     events: Vec<String>,
-    /// Only functions whose name (stored or demangled) matches one of these globs.
+    /// Only functions whose name (stored or demangled) matches one of these
+    /// globs (`*`, `?`); repeatable. `@FILE` reads globs from FILE, one per
+    /// line or comma-separated (`#` starts a comment line).
     #[arg(long, short, value_name = "GLOB,…", value_delimiter = ',')]
     functions: Vec<String>,
-    /// Instrument this module (basename or path part) instead of the main program.
-    #[arg(long, short, value_name = "M")]
-    module: Option<String>,
-    /// Where the JSON report goes.
-    #[arg(long, short, default_value = "papirus-probe.json")]
-    output: PathBuf,
-    /// A machine cost file (`papirus-probe calibrate --json FILE`): print the
-    /// overhead the instrumentation is predicted to have added (calls × the
-    /// probe's added cost per call, Paradyn's cost model).
+    /// Leave out functions matching one of these globs, even when --functions
+    /// matches them; repeatable; `@FILE` as for --functions.
+    #[arg(long, short = 'x', value_name = "GLOB,…", value_delimiter = ',')]
+    exclude: Vec<String>,
+    /// Instrument this module (basename, or part of its path); repeatable.
+    /// `main` names the main program. Default: the main program alone.
+    #[arg(long, short, value_name = "M,…", value_delimiter = ',')]
+    module: Vec<String>,
+    /// Write the JSON report to FILE (default: none kept; the profile is
+    /// printed on stderr either way).
+    #[arg(long, short, value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// A machine cost file (`papirus-probe calibrate --json FILE`): show the
+    /// probe's estimated cost per instrumented call and the overhead the
+    /// instrumentation is predicted to have added (Paradyn's cost model).
     #[arg(long, value_name = "FILE")]
     costs: Option<PathBuf>,
+    /// With --costs: subtract the probe's estimated cost from the printed times.
+    #[arg(long, requires = "costs")]
+    subtract_cost: bool,
 }
 
 impl ProbeArgs {
     fn parts(&self) -> Result<(probe::Probe, Selection, PathBuf), Failure> {
         let p = probe::parse_probe(&self.probe)?;
         probe::check_events(p, &self.events)?;
-        let sel = Selection { module: self.module.clone(), functions: self.functions.clone() };
+        let sel = Selection {
+            modules: self.module.clone(),
+            functions: expand_globs(&self.functions)?,
+            exclude: expand_globs(&self.exclude)?,
+        };
         Ok((p, sel, probe::find_runtime()?))
+    }
+}
+
+/// The most a `@FILE` of globs may hold.
+const MAX_GLOB_FILE: u64 = 16 << 20;
+
+/// Globs with each `@FILE` replaced by the globs in FILE: lists too long for
+/// one command-line argument (128 KiB on Linux) fit there.
+fn expand_globs(args: &[String]) -> Result<Vec<String>, Failure> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    for a in args {
+        let Some(path) = a.strip_prefix('@') else {
+            out.push(a.clone());
+            continue;
+        };
+        let mut text = String::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_GLOB_FILE + 1).read_to_string(&mut text))
+            .map_err(|e| format!("glob file {path}: {e}"))?;
+        if text.len() as u64 > MAX_GLOB_FILE {
+            return Err(format!("glob file {path} is larger than {MAX_GLOB_FILE} bytes").into());
+        }
+        let lines = text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#'));
+        out.extend(
+            lines.flat_map(|l| l.split(',')).map(str::trim).filter(|g| !g.is_empty()).map(String::from),
+        );
+    }
+    Ok(out)
+}
+
+/// How the profile is printed (`run`, `attach`, `demo`, `report`).
+#[derive(Clone, Args, Debug)]
+pub struct ViewArgs {
+    /// Sort by this column: excl, incl or calls.
+    #[arg(long, default_value = "excl")]
+    sort: SortKey,
+    /// Show this many functions (summary default: 10; full report: all).
+    #[arg(long, value_name = "N")]
+    top: Option<usize>,
+    /// Print whole function names (default: cut to 40 characters, marked `…`).
+    #[arg(long)]
+    wide: bool,
+}
+
+impl ViewArgs {
+    fn view(&self, thread: Option<u32>) -> View {
+        View { thread, sort: self.sort, top: self.top, wide: self.wide, ..View::default() }
     }
 }
 
@@ -50,9 +120,12 @@ impl ProbeArgs {
 pub struct RunArgs {
     #[command(flatten)]
     probe: ProbeArgs,
-    /// Print the report sorted by this column: excl, incl or calls.
-    #[arg(long, default_value = "excl")]
-    sort: SortKey,
+    #[command(flatten)]
+    view: ViewArgs,
+    /// Print the full report (every thread, caller → callee pairs) on stderr
+    /// instead of the summary.
+    #[arg(long)]
+    full: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     command: Vec<OsString>,
@@ -63,9 +136,11 @@ pub struct RunArgs {
 pub struct DemoArgs {
     #[command(flatten)]
     probe: ProbeArgs,
-    /// Print the report sorted by this column: excl, incl or calls.
-    #[arg(long, default_value = "excl")]
-    sort: SortKey,
+    #[command(flatten)]
+    view: ViewArgs,
+    /// Print the full report on stderr instead of the summary.
+    #[arg(long)]
+    full: bool,
 }
 
 /// The bundled example: nested calls, recursion, several return paths, a
@@ -74,7 +149,7 @@ const DEMO_SOURCE: &str = include_str!("../../../tests/targets/probe_program.c")
 
 /// `papirus-probe demo`: builds the bundled example with gcc and runs it
 /// instrumented, as `run` would.
-pub fn demo(args: &DemoArgs) -> Result<(), Failure> {
+pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
     // A fresh private directory (mkdtemp, mode 0700): nobody else can have
     // put a source, a binary or a link in it before gcc writes there.
     let dir = tempfile::Builder::new().prefix("papirus-probe-demo-").tempdir()?;
@@ -92,10 +167,11 @@ pub fn demo(args: &DemoArgs) -> Result<(), Failure> {
     if !built.success() {
         return Err(format!("gcc failed to build the demo program {} ({built})", src.display()).into());
     }
-    eprintln!("papirus-probe: built the demo program {} from the bundled source", exe.display());
+    note(&format!("papirus-probe: built the demo program {} from the bundled source", exe.display()));
     let result = run(&RunArgs {
         probe: args.probe.clone(),
-        sort: args.sort,
+        view: args.view.clone(),
+        full: args.full,
         command: vec![exe.clone().into_os_string()],
     });
     drop(dir);
@@ -109,82 +185,224 @@ pub struct AttachArgs {
     pid: i32,
     #[command(flatten)]
     probe: ProbeArgs,
-    /// Measure this many seconds, then detach (default: until Ctrl-C).
-    #[arg(long, value_name = "S")]
-    duration: Option<f64>,
-    /// Print the report sorted by this column: excl, incl or calls.
-    #[arg(long, default_value = "excl")]
-    sort: SortKey,
+    /// Measure this many seconds (decimals allowed), then detach (default: until Ctrl-C).
+    #[arg(long, value_name = "S", value_parser = parse_duration, allow_hyphen_values = true)]
+    duration: Option<Duration>,
+    #[command(flatten)]
+    view: ViewArgs,
+    /// Print the full report on stderr instead of the summary.
+    #[arg(long)]
+    full: bool,
+}
+
+/// The longest `--duration`: a year, far beyond any measurement and within `Duration`.
+const MAX_DURATION_S: f64 = 365.0 * 86400.0;
+
+/// A `--duration` in seconds: finite, positive, at most a year.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number of seconds (e.g. 2.5)"))?;
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("`{s}` is not a positive, finite number of seconds (e.g. 2.5)"));
+    }
+    if secs > MAX_DURATION_S {
+        return Err(format!(
+            "`{s}` seconds is more than a year ({MAX_DURATION_S} s): give a shorter duration"
+        ));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}` seconds: {e}"))
 }
 
 /// `report` arguments.
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// A JSON report written by `run` or `attach`.
+    /// A JSON report written by `run` or `attach` (`-o FILE`).
     file: PathBuf,
     /// Only this thread (kernel thread id).
     #[arg(long)]
     thread: Option<u32>,
-    /// Sort by excl, incl or calls.
-    #[arg(long, default_value = "excl")]
-    sort: SortKey,
+    #[command(flatten)]
+    view: ViewArgs,
+    /// A machine cost file: show (and with --subtract-cost remove) the probe's cost per call.
+    #[arg(long, value_name = "FILE")]
+    costs: Option<PathBuf>,
+    /// With --costs: subtract the probe's estimated cost from the printed times.
+    #[arg(long, requires = "costs")]
+    subtract_cost: bool,
 }
 
-type Failure = Box<dyn std::error::Error>;
+/// Where the runtime writes the JSON report: `-o FILE`, or a file in a
+/// private temporary directory that goes away with this value.
+struct ReportFile {
+    path: PathBuf,
+    dir: Option<tempfile::TempDir>,
+}
 
-fn print_report(file: &std::path::Path, thread: Option<u32>, sort: SortKey) -> Result<(), Failure> {
-    let r = probe::read_report(file)?;
-    print!("{}", probe::format_report(&r, thread, sort));
+impl ReportFile {
+    /// With `writer`, the running process whose runtime writes the report:
+    /// the directory becomes its user's, who may be another than ours.
+    fn new(output: Option<&Path>, writer: Option<i32>) -> Result<ReportFile, Failure> {
+        Ok(match output {
+            Some(p) => ReportFile { path: p.to_path_buf(), dir: None },
+            None => {
+                let dir = tempfile::Builder::new().prefix("papirus-probe-").tempdir()?;
+                if let Some(pid) = writer {
+                    give_to(dir.path(), pid)?;
+                }
+                ReportFile { path: dir.path().join("report.json"), dir: Some(dir) }
+            }
+        })
+    }
+}
+
+/// Gives `dir` to the user and group process `pid` runs as (the owner of
+/// `/proc/PID`), unless they are ours already.
+fn give_to(dir: &Path, pid: i32) -> Result<(), Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let proc = std::fs::metadata(format!("/proc/{pid}")).map_err(|e| format!("pid {pid}: {e}"))?;
+    let ours = std::fs::metadata(dir)?;
+    if (proc.uid(), proc.gid()) != (ours.uid(), ours.gid()) {
+        std::os::unix::fs::chown(dir, Some(proc.uid()), Some(proc.gid())).map_err(|e| {
+            format!("cannot give the report directory to pid {pid}'s user {}: {e}; give -o FILE in a directory it can write", proc.uid())
+        })?;
+    }
     Ok(())
 }
 
 /// The `--costs` file, read before the run so a bad one costs no run.
-fn load_costs(args: &ProbeArgs) -> Result<Option<(&std::path::Path, CostFile)>, Failure> {
-    Ok(match &args.costs {
-        Some(p) => Some((p.as_path(), CostFile::load(p)?)),
+fn load_costs(path: Option<&Path>) -> Result<Option<(&Path, CostFile)>, Failure> {
+    Ok(match path {
+        Some(p) => Some((p, CostFile::load(p)?)),
         None => None,
     })
 }
 
-/// With `--costs`, prints the predicted overhead of the run that wrote `report`.
-fn print_prediction(
-    costs: Option<(&std::path::Path, CostFile)>,
-    report: &std::path::Path,
+/// The probe's cost per call for `report`, and the predicted total as a header note.
+fn cost_view(
+    costs: Option<(&Path, CostFile)>,
+    subtract: bool,
+    report: &Report,
+    view: &mut View,
 ) -> Result<(), Failure> {
     let Some((path, costs)) = costs else { return Ok(()) };
-    let r = probe::read_report(report)?;
-    let p = probe::calibrate::predict(&costs, &r).map_err(|e| format!("{}: {e}", path.display()))?;
-    println!("{p}");
+    let p = probe::calibrate::predict(&costs, report).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut source = format!("{}, row {}", path.display(), p.row);
+    if let Some(n) = &p.note {
+        source.push_str(&format!("; {n}"));
+    }
+    view.cost = Some(ProbeCost { ns_per_call: p.added_ns, source, subtract });
+    view.notes.push(("overhead".into(), p.to_string()));
     Ok(())
 }
 
-/// `papirus-probe run`.
-pub fn run(args: &RunArgs) -> Result<(), Failure> {
+/// Reads the report the runtime wrote and prints it on stderr.
+fn show(
+    file: &ReportFile,
+    costs: Option<(&Path, CostFile)>,
+    probe: &ProbeArgs,
+    mut view: View,
+    full: bool,
+) -> Result<(), Failure> {
+    let r = probe::read_report(&file.path)?;
+    cost_view(costs, probe.subtract_cost, &r, &mut view)?;
+    if let Some(o) = &probe.output {
+        view.notes.push(("JSON report".into(), o.display().to_string()));
+    }
+    // A forked child's runtime writes `<report>.<pid>` beside it.
+    if let Some(dir) = &file.dir {
+        let children = std::fs::read_dir(dir.path()).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("report.json."))
+                .count()
+        });
+        if children > 0 {
+            view.notes.push((
+                "forked children".into(),
+                format!(
+                    "{children} wrote reports of their own, not shown: keep them with -o FILE (FILE.PID)"
+                ),
+            ));
+        }
+    }
+    let text = if full { probe::format_report(&r, &view) } else { probe::format_summary(&r, &view) };
+    output::stderr(&text)
+}
+
+/// The span papirus-probe saw a run or attachment take, by its own clocks
+/// (patching included): a header line until reports carry their own window.
+struct Window {
+    wall: SystemTime,
+    mono: Instant,
+}
+
+impl Window {
+    fn start() -> Window {
+        Window { wall: SystemTime::now(), mono: Instant::now() }
+    }
+
+    fn note(&self, what: &str) -> (String, String) {
+        let took = self.mono.elapsed();
+        let start = self.wall.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let end = start + took;
+        let value = format!(
+            "{what}, {:.6} s, Unix time {:.6} to {:.6} (papirus-probe's clock, patching included)",
+            took.as_secs_f64(),
+            start.as_secs_f64(),
+            end.as_secs_f64()
+        );
+        ("window".into(), value)
+    }
+}
+
+/// The exit status that passes on how the target ended.
+fn status_of(exit: Exit) -> Result<u8, Failure> {
+    match exit {
+        Exit::Code(c) => Ok(c as u8),
+        Exit::Signal(s) => Ok(128u8.saturating_add(s as u8)),
+        Exit::Unknown => Err("the target ended and the kernel no longer says how".into()),
+    }
+}
+
+/// `papirus-probe run`: returns the target's exit status.
+pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
-    let costs = load_costs(&args.probe)?;
+    let costs = load_costs(args.probe.costs.as_deref())?;
+    let file = ReportFile::new(args.probe.output.as_deref(), None)?;
     let opts = RunOptions {
         probe: p,
         events: args.probe.events.clone(),
         selection,
-        output: args.probe.output.clone(),
+        output: file.path.clone(),
         program: PathBuf::from(&args.command[0]),
         args: args.command[1..].to_vec(),
         runtime,
     };
+    let window = Window::start();
     let s = probe::run(&opts)?;
-    probe::print_summary(s.installed, &s.refused);
-    eprintln!("papirus-probe: pid {} {}; report in {}", s.pid, s.exit, s.output.display());
-    print_report(&s.output, None, args.sort)?;
-    print_prediction(costs, &s.output)
+    let mut view = args.view.view(None);
+    view.notes.push(("target".into(), format!("pid {}, {}", s.pid, s.exit)));
+    view.notes.push(window.note("start to exit"));
+    match show(&file, costs, &args.probe, view, args.full) {
+        Ok(()) => {}
+        // The runtime writes its report at exit: a program killed by a signal
+        // leaves none. Its status still passes on.
+        Err(_) if matches!(s.exit, Exit::Signal(_)) && !file.path.exists() => note(&format!(
+            "papirus-probe: warning: no profile: pid {} was {} before the probe runtime wrote its report",
+            s.pid, s.exit
+        )),
+        Err(e) if e.is::<output::OutputError>() => return Err(e),
+        Err(e) => return Err(format!("pid {} {}, but its profile is lost: {e}", s.pid, s.exit).into()),
+    }
+    status_of(s.exit)
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// `papirus-probe attach`.
-pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
+pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
-    let costs = load_costs(&args.probe)?;
-    let duration = args.duration.map(Duration::from_secs_f64);
+    let costs = load_costs(args.probe.costs.as_deref())?;
+    let file = ReportFile::new(args.probe.output.as_deref(), Some(args.pid))?;
+    let duration = args.duration;
     if duration.is_none() {
         // Ctrl-C is taken by a thread waiting for it, so it ends the
         // measurement (and the detach still happens) instead of the tool.
@@ -196,25 +414,56 @@ pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
                 STOP.store(true, Ordering::Relaxed);
             }
         });
-        eprintln!("papirus-probe: measuring pid {} until Ctrl-C", args.pid);
+        note(&format!("papirus-probe: measuring pid {} until Ctrl-C", args.pid));
     }
     let opts = AttachOptions {
         pid: args.pid,
         probe: p,
         events: args.probe.events.clone(),
         selection,
-        output: args.probe.output.clone(),
+        output: file.path.clone(),
         duration,
         runtime,
     };
-    let (installed, refused) = probe::attach(&opts, &STOP)?;
-    probe::print_summary(installed, &refused);
-    eprintln!("papirus-probe: detached from pid {}; report in {}", args.pid, args.probe.output.display());
-    print_report(&args.probe.output, None, args.sort)?;
-    print_prediction(costs, &args.probe.output)
+    let window = Window::start();
+    probe::attach(&opts, &STOP)?;
+    let mut view = args.view.view(None);
+    view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
+    view.notes.push(window.note("attach to detach"));
+    show(&file, costs, &args.probe, view, args.full)?;
+    Ok(0)
 }
 
-/// `papirus-probe report`.
-pub fn report(args: &ReportArgs) -> Result<(), Failure> {
-    print_report(&args.file, args.thread, args.sort)
+/// `papirus-probe report`: the full report on stdout.
+pub fn report(args: &ReportArgs) -> Result<u8, Failure> {
+    let r = probe::read_report(&args.file)?;
+    let mut view = args.view.view(args.thread);
+    cost_view(load_costs(args.costs.as_deref())?, args.subtract_cost, &r, &mut view)?;
+    output::stdout(&probe::format_report(&r, &view))?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_files_expand_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("globs");
+        std::fs::write(&file, "# left out\nlib_c\n\n  lib_d , ma*\n").unwrap();
+        let at = format!("@{}", file.display());
+        let got = expand_globs(&["first".into(), at, "last".into()]).unwrap();
+        assert_eq!(got, ["first", "lib_c", "lib_d", "ma*", "last"]);
+        assert!(expand_globs(&[format!("@{}", dir.path().join("missing").display())]).is_err());
+    }
+
+    #[test]
+    fn durations_are_finite_positive_and_bounded() {
+        for bad in ["nan", "inf", "-inf", "-1", "0", "-0", "1e30", "", "two"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("31536000"), Ok(Duration::from_secs(31_536_000)));
+    }
 }
