@@ -62,6 +62,26 @@ use crate::pmu::{ConfigWord, Pmu, PmuSet};
 /// Where tracefs is looked for, in order.
 pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
+/// The tracefs root in use, mounting tracefs at [`TRACEFS_ROOTS`]`[0]` first
+/// when it is mounted at none of them, as perf does. Call it before the
+/// first parse ([`default_parser`] looks for tracefs once). The error says
+/// why and how to mount it by hand.
+pub fn ensure_tracefs() -> std::result::Result<PathBuf, String> {
+    let found = || TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
+    if let Some(p) = found() {
+        return Ok(p);
+    }
+    let at = Path::new(TRACEFS_ROOTS[0]);
+    crate::sys::mount_tracefs(at).map_err(|e| {
+        format!(
+            "tracefs is not mounted and mounting it at {} failed ({e}); as root: mount -t tracefs nodev {}",
+            at.display(),
+            at.display()
+        )
+    })?;
+    found().ok_or_else(|| format!("tracefs mounted at {} holds no events/ directory", at.display()))
+}
+
 /// One named event of a fixed-type table.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Named {
