@@ -30,13 +30,30 @@ impl From<crate::Error> for Failure {
 /// Runs the work of the tool `name`: SIGPIPE back to its default action
 /// first (a closed pipe ends the tool quietly), then `work`, whose error is
 /// printed as `name: error` on stderr and ends the tool with status 2.
+///
+/// A closed stdout is refused before any work: Rust's stdout drops writes to
+/// a closed descriptor silently, and the first file the tool opened would
+/// take descriptor 1 and receive what was meant for stdout.
 pub fn run_tool<E: Display>(name: &str, work: impl FnOnce() -> Result<ExitCode, E>) -> ExitCode {
     papirus_substrate::sys::default_sigpipe();
+    if !stdout_is_open() {
+        let _ =
+            writeln!(std::io::stderr(), "{name}: standard output is closed; redirect it (e.g. >/dev/null)");
+        return ExitCode::from(2);
+    }
     work().unwrap_or_else(|e| {
         // stderr may be closed as well; nothing is left to report to then.
         let _ = writeln!(std::io::stderr(), "{name}: {e}");
         ExitCode::from(2)
     })
+}
+
+/// Whether stdout was open when the tool started. Rust's runtime reopens
+/// a closed descriptor 0-2 on /dev/null read-write before `main`, so a
+/// closed stdout shows as /dev/null opened `O_RDWR`; a shell's `>/dev/null`
+/// opens it write-only. Assumed open where /proc is not mounted.
+pub fn stdout_is_open() -> bool {
+    papirus_substrate::names::stdout_was_open()
 }
 
 /// Writes `text` to stdout and flushes it; a write error becomes a [`Failure`].
@@ -45,6 +62,26 @@ pub fn print(text: &str) -> Result<(), Failure> {
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())
         .map_err(|e| Failure(format!("cannot write to standard output: {e}")))
+}
+
+/// `writeln!` into a `String` a tool prints with [`print`] at its end.
+#[macro_export]
+macro_rules! outln {
+    ($w:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        // Writing into a String cannot fail.
+        let _ = writeln!($w, $($arg)*);
+    }};
+}
+
+/// `write!` into a `String` a tool prints with [`print`] at its end.
+#[macro_export]
+macro_rules! out {
+    ($w:expr, $($arg:tt)*) => {{
+        use std::fmt::Write as _;
+        // Writing into a String cannot fail.
+        let _ = write!($w, $($arg)*);
+    }};
 }
 
 /// Parses a number of seconds for a duration option: finite, positive and
