@@ -55,14 +55,14 @@ struct Args {
     #[arg(short = 'C', long = "cpu", value_name = "LIST", conflicts_with = "pid")]
     cpu: Option<String>,
     /// Seconds to count for with -p, -a or -C and no command.
-    #[arg(short, long, value_parser = parse_seconds, default_value = "1")]
+    #[arg(short, long, value_parser = parse_seconds, default_value = "1", allow_hyphen_values = true)]
     duration: Duration,
     /// Run the command N times; print means with their spread (± stddev of the mean, %).
     #[arg(short, long, value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     repeat: u32,
     /// Print the counts of every interval of MS milliseconds.
-    #[arg(short = 'I', long = "interval-print", value_name = "MS", value_parser = parse_millis)]
+    #[arg(short = 'I', long = "interval-print", value_name = "MS", value_parser = parse_millis, allow_hyphen_values = true)]
     interval: Option<Duration>,
     /// CSV with this separator, in perf's column order.
     #[arg(short = 'x', long = "field-separator", value_name = "SEP")]
