@@ -229,6 +229,13 @@ fn run(opts: &Options, reg: &mut Registry) -> Result<ExitCode, String> {
     if let Some(cpu) = opts.cpu {
         pin(cpu)?;
     }
+    // The tracepoint check needs tracefs: mounted when absent, as perf does;
+    // otherwise that check says SKIP with the parser's reason.
+    if opts.validate
+        && let Err(why) = papirus_substrate::names::ensure_tracefs()
+    {
+        let _ = writeln!(std::io::stderr(), "papirus-calibrate: {why}");
+    }
     let hw = HwInfo::collect();
     say!("{hw}");
     if let Some(cpu) = opts.cpu {

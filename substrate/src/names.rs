@@ -310,6 +310,8 @@ pub struct Parser {
     tracefs: Option<PathBuf>,
     /// The process whose modules `mem:SYMBOL` resolves in (`None`: this one).
     symbols_of: Option<i32>,
+    /// Whether `tracefs` was set by [`Parser::tracefs_at`] rather than found.
+    tracefs_given: bool,
 }
 
 static DEFAULT: OnceLock<Parser> = OnceLock::new();
@@ -337,7 +339,7 @@ impl Parser {
     /// A parser over `pmus`, with tracefs found at the usual places.
     pub fn new(pmus: PmuSet) -> Self {
         let tracefs = TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
-        Parser { pmus, tracefs, symbols_of: None }
+        Parser { pmus, tracefs, symbols_of: None, tracefs_given: false }
     }
 
     /// This machine's PMUs and tracefs.
@@ -348,6 +350,7 @@ impl Parser {
     /// Uses `root` as tracefs (a directory holding `events/`), or none.
     pub fn tracefs_at(&mut self, root: Option<PathBuf>) -> &mut Self {
         self.tracefs = root;
+        self.tracefs_given = true;
         self
     }
 
@@ -366,6 +369,19 @@ impl Parser {
     /// The tracefs root in use, if any.
     pub fn tracefs(&self) -> Option<&Path> {
         self.tracefs.as_deref()
+    }
+
+    /// The tracefs root for a tracepoint: the one found at creation, else
+    /// (for a parser that was not given one) a tracefs mounted since, so a
+    /// long-lived parser sees a mount made after it was created.
+    fn tracefs_root(&self) -> Option<PathBuf> {
+        match &self.tracefs {
+            Some(r) => Some(r.clone()),
+            None if !self.tracefs_given => {
+                TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
+            }
+            None => None,
+        }
     }
 
     /// The attr for `name`.
@@ -577,7 +593,8 @@ impl Parser {
         {
             return Err(malformed(event, format!("`{c}` cannot appear in a tracepoint name")));
         }
-        let Some(root) = &self.tracefs else {
+        let found = self.tracefs_root();
+        let Some(root) = &found else {
             if self.symbolic(sys, sys, None).is_ok() {
                 return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
             }

@@ -44,6 +44,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args, w: &mut String) -> papirus_lowlevel::Result<ExitCode> {
+    // Tracepoints are among what the machine offers: mount tracefs as perf does.
+    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
+        eprintln!("papirus-avail: {why}");
+    }
     let lib = init()?;
     if let Some(name) = &args.event {
         return one(&lib, name, args.json, w);
