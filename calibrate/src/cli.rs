@@ -1,6 +1,7 @@
 //! The `papirus-calibrate` command line, callable with extra rows so that
 //! other tools (the probe tool) can ship the same binary with theirs.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -45,6 +46,35 @@ hardware PMU, instructions and branches of known loops (1 %) and FP
 operations of inner product, matrix-vector and matrix-matrix kernels
 against 2n, 2n^2, 2n^3 (5 %). Checks a machine cannot run SKIP with the
 kernel's reason.";
+
+/// `println!` that ends the tool with status 2 and a message when stdout
+/// fails (a full disk, a closed descriptor) instead of panicking. A reader
+/// that goes away (`| head -1`) ends the tool quietly by SIGPIPE.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = writeln!(out, $($arg)*).and_then(|()| out.flush()) {
+            stdout_failed(&e);
+        }
+    }};
+}
+
+/// `print!` with the failure handling of `say!`.
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        if let Err(e) = write!(out, $($arg)*).and_then(|()| out.flush()) {
+            stdout_failed(&e);
+        }
+    }};
+}
+
+fn stdout_failed(e: &std::io::Error) -> ! {
+    let _ = writeln!(std::io::stderr(), "papirus-calibrate: cannot write to standard output: {e}");
+    std::process::exit(2)
+}
 
 /// Command-line options.
 #[derive(Debug, Parser)]
@@ -107,7 +137,7 @@ pub fn ticks() -> Ticks {
 }
 
 fn print_cost(c: &Cost) {
-    println!(
+    say!(
         "{:<40} {:>9.1} {:>9.1} {:>9.1} {:>10.1} {:>9.1}  {}",
         c.name,
         c.ns.min,
@@ -120,19 +150,16 @@ fn print_cost(c: &Cost) {
 }
 
 fn print_unavailable(u: &Unavailable) {
-    println!(
-        "{:<40} {:>9} {:>9} {:>9} {:>10} {:>9}  unavailable: {}",
-        u.name, "-", "-", "-", "-", "-", u.reason
-    );
+    say!("{:<40} {:>9} {:>9} {:>9} {:>10} {:>9}  unavailable: {}", u.name, "-", "-", "-", "-", "-", u.reason);
 }
 
 fn print_histogram(c: &Cost) {
     let Some(h) = &c.histogram else { return };
     let most = h.iter().map(|b| b.count).max().unwrap_or(1).max(1);
-    println!("{} (cycles per call; * = {:.1} samples)", c.name, most as f64 / 50.0);
+    say!("{} (cycles per call; * = {:.1} samples)", c.name, most as f64 / 50.0);
     for b in h {
         let bar = "*".repeat(((b.count * 50).div_ceil(most)) as usize);
-        println!("  {:>10.1} .. {:>10.1} {:>7} {bar}", b.from_cycles, b.to_cycles, b.count);
+        say!("  {:>10.1} .. {:>10.1} {:>7} {bar}", b.from_cycles, b.to_cycles, b.count);
     }
 }
 
@@ -142,7 +169,7 @@ fn print_check(c: &Check) {
         Outcome::Fail => "FAIL",
         Outcome::Skip => "SKIP",
     };
-    println!("{tag}  {}: {}", c.name, c.detail);
+    say!("{tag}  {}: {}", c.name, c.detail);
 }
 
 fn pin(cpu: usize) -> Result<(), String> {
@@ -167,6 +194,12 @@ pub fn main_with_args(
     args: impl IntoIterator<Item = std::ffi::OsString>,
     extra: impl FnOnce(&mut Registry),
 ) -> ExitCode {
+    // Rust's runtime reopens a closed stdout on /dev/null: refuse it.
+    if !papirus_substrate::names::stdout_was_open() {
+        let _ =
+            writeln!(std::io::stderr(), "{name}: standard output is closed; redirect it (e.g. >/dev/null)");
+        return ExitCode::from(2);
+    }
     let mut reg = Registry::builtin();
     extra(&mut reg);
     let cmd = Options::command().name(name).bin_name(name).after_long_help(rows_help(&reg));
@@ -179,13 +212,13 @@ pub fn main_with_args(
         }
     };
     if opts.list {
-        print!("{}", rows_help(&reg));
+        say_raw!("{}", rows_help(&reg));
         return ExitCode::SUCCESS;
     }
     match run(&opts, &mut reg) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("papirus-calibrate: {e}");
+            let _ = writeln!(std::io::stderr(), "papirus-calibrate: {e}");
             ExitCode::from(2)
         }
     }
@@ -196,10 +229,17 @@ fn run(opts: &Options, reg: &mut Registry) -> Result<ExitCode, String> {
     if let Some(cpu) = opts.cpu {
         pin(cpu)?;
     }
+    // The tracepoint check needs tracefs: mounted when absent, as perf does;
+    // otherwise that check says SKIP with the parser's reason.
+    if opts.validate
+        && let Err(why) = papirus_substrate::names::ensure_tracefs()
+    {
+        let _ = writeln!(std::io::stderr(), "papirus-calibrate: {why}");
+    }
     let hw = HwInfo::collect();
-    println!("{hw}");
+    say!("{hw}");
     if let Some(cpu) = opts.cpu {
-        println!("pinned to CPU {cpu}");
+        say!("pinned to CPU {cpu}");
     }
     let ticks = ticks();
     let mut plan = if opts.quick { Plan::QUICK } else { Plan::DEFAULT };
@@ -208,10 +248,15 @@ fn run(opts: &Options, reg: &mut Registry) -> Result<ExitCode, String> {
     let mut costs = Vec::new();
     let mut unavailable = Vec::new();
     if !opts.validate || opts.costs {
-        println!();
-        println!(
+        say!("");
+        say!(
             "{:<40} {:>9} {:>9} {:>9} {:>10} {:>9}  path",
-            "row", "ns min", "ns median", "ns p99", "ns max", "cyc med"
+            "row",
+            "ns min",
+            "ns median",
+            "ns p99",
+            "ns max",
+            "cyc med"
         );
         let report = reg.run(ticks, plan, opts.only.as_deref(), |cs, u| {
             cs.iter().for_each(print_cost);
@@ -220,7 +265,7 @@ fn run(opts: &Options, reg: &mut Registry) -> Result<ExitCode, String> {
             }
         });
         if plan.bins > 0 {
-            println!();
+            say!("");
             report.costs.iter().for_each(print_histogram);
         }
         costs = report.costs;
@@ -228,7 +273,7 @@ fn run(opts: &Options, reg: &mut Registry) -> Result<ExitCode, String> {
     }
     let mut validation = Vec::new();
     if opts.validate {
-        println!();
+        say!("");
         let sizes = if opts.quick { Sizes::QUICK } else { Sizes::DEFAULT };
         validation = validate::run(sizes, print_check);
     }
@@ -244,17 +289,17 @@ fn run(opts: &Options, reg: &mut Registry) -> Result<ExitCode, String> {
             validation: validation.clone(),
         };
         file.save(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        println!("\ncost file written to {}", path.display());
+        say!("\ncost file written to {}", path.display());
     }
     let fails = validation.iter().filter(|c| c.outcome == Outcome::Fail).count();
     if opts.validate {
         let skips = validation.iter().filter(|c| c.outcome == Outcome::Skip).count();
-        println!(
+        say!(
             "\n{} checks: {} PASS, {fails} FAIL, {skips} SKIP",
             validation.len(),
             validation.len() - fails - skips
         );
     }
-    println!("done in {:.2} s", started.elapsed().as_secs_f64());
+    say!("done in {:.2} s", started.elapsed().as_secs_f64());
     Ok(if fails > 0 { ExitCode::from(1) } else { ExitCode::SUCCESS })
 }

@@ -339,6 +339,26 @@ enum Key<'a> {
     Code(u32),
 }
 
+/// The set entry of one resolved native event.
+fn native_entry(resolved: native::Resolved) -> Entry {
+    let attr = resolved.parsed.attr;
+    Entry {
+        hw_terms: usize::from(attr.kind() == Kind::Hardware),
+        info: EventInfo {
+            code: resolved.code,
+            name: resolved.name.clone(),
+            preset: false,
+            derivation: Derivation::NotDerived,
+            terms: vec![resolved.name],
+            note: None,
+            unit: resolved.parsed.unit,
+            scale: resolved.parsed.scale,
+        },
+        attrs: vec![attr],
+        overflow: None,
+    }
+}
+
 impl EventSet {
     pub(crate) fn new(lib: Library, id: u64) -> EventSet {
         EventSet {
@@ -372,8 +392,46 @@ impl EventSet {
 
     /// Adds several events by name, stopping at the first failure (the
     /// events before it stay added).
+    ///
+    /// A list of native events is opened once for the whole list, so adding
+    /// n events costs n opens rather than n²/2 (closing a tracepoint waits
+    /// for an RCU grace period: 100 tracepoints one by one took minutes).
+    /// When that fails, or presets are in the list, the events are added one
+    /// by one, which finds the culprit and applies each event's fallbacks.
     pub fn add_all<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) -> Result<Vec<u32>> {
+        let names: Vec<&str> = names.into_iter().collect();
+        if self.running.is_none() && names.len() > 1 && self.add_batch(&names).is_some() {
+            return Ok(self.entries[self.entries.len() - names.len()..]
+                .iter()
+                .map(|e| e.info.code)
+                .collect());
+        }
         names.into_iter().map(|n| self.add_named(n)).collect()
+    }
+
+    /// Adds native events `names` with one reopen; `None` (and the set as
+    /// before) when any is a preset, a duplicate, unknown, or fails to open.
+    fn add_batch(&mut self, names: &[&str]) -> Option<()> {
+        let mut codes: std::collections::HashSet<u32> = self.entries.iter().map(|e| e.info.code).collect();
+        let mut batch = Vec::with_capacity(names.len());
+        for n in names {
+            if preset_by_name(n.trim()).is_some() {
+                return None;
+            }
+            let entry = native_entry(native::resolve(n).ok()?);
+            if !codes.insert(entry.info.code) {
+                return None;
+            }
+            batch.push(entry);
+        }
+        let before = self.entries.len();
+        self.entries.extend(batch);
+        if self.reopen().is_ok() {
+            return Some(());
+        }
+        self.entries.truncate(before);
+        self.reopen_or_clear();
+        None
     }
 
     fn add(&mut self, key: Key<'_>) -> Result<u32> {
@@ -401,28 +459,14 @@ impl EventSet {
         if self.entries.iter().any(|e| e.info.code == resolved.code) {
             return Err(Error::Duplicate { event: resolved.name });
         }
-        let attr = resolved.parsed.attr.clone();
-        let entry = Entry {
-            hw_terms: usize::from(attr.kind() == Kind::Hardware),
-            info: EventInfo {
-                code: resolved.code,
-                name: resolved.name.clone(),
-                preset: false,
-                derivation: Derivation::NotDerived,
-                terms: vec![resolved.name],
-                note: None,
-                unit: resolved.parsed.unit,
-                scale: resolved.parsed.scale,
-            },
-            attrs: vec![attr],
-            overflow: None,
-        };
+        let code = resolved.code;
+        let entry = native_entry(resolved);
         let fallback = (entry.attrs[0].domain_value() != Domain::USER
             && self.options.domain.is_none()
             && !native::has_modifier(&entry.info.name))
         .then(|| entry.clone());
         match (self.push(entry), fallback) {
-            (Ok(()), _) => Ok(resolved.code),
+            (Ok(()), _) => Ok(code),
             // As perf does: a default domain with the kernel in it is refused
             // at perf_event_paranoid ≥ 2 without CAP_PERFMON; count user space.
             (Err(Error::Substrate(papirus_substrate::Error::Permission { .. })), Some(mut entry)) => {
@@ -432,7 +476,7 @@ impl EventSet {
                         .into(),
                 );
                 self.push(entry)?;
-                Ok(resolved.code)
+                Ok(code)
             }
             (Err(e), _) => Err(e),
         }

@@ -110,24 +110,6 @@ pub fn resolve_code(code: u32) -> Result<Resolved> {
     resolve(&name)
 }
 
-/// Splits a comma-separated event list as `perf stat -e` takes it: commas
-/// inside `pmu/…/` terms do not split.
-pub fn split_list(list: &str) -> Vec<String> {
-    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), false);
-    for ch in list.chars() {
-        match ch {
-            '/' => {
-                depth = !depth;
-                cur.push(ch);
-            }
-            ',' if !depth => out.push(std::mem::take(&mut cur)),
-            _ => cur.push(ch),
-        }
-    }
-    out.push(cur);
-    out.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
-}
-
 /// Up to `n` preset names close to `name` (edit distance), best first.
 pub fn closest_presets(name: &str, n: usize) -> Vec<String> {
     let up = name.to_ascii_uppercase();
@@ -234,14 +216,6 @@ mod tests {
         let cs = resolve("context-switches").unwrap();
         assert_eq!(cs.parsed.attr.domain_value(), papirus_substrate::Domain::ALL);
         assert_eq!(resolve("cs:u").unwrap().parsed.attr.domain_value(), papirus_substrate::Domain::USER);
-    }
-
-    #[test]
-    fn event_lists_split_outside_pmu_terms() {
-        assert_eq!(
-            split_list("task-clock, cpu/event=0x3c,umask=0x00/u,msr/tsc/,,PAPI_TOT_INS"),
-            vec!["task-clock", "cpu/event=0x3c,umask=0x00/u", "msr/tsc/", "PAPI_TOT_INS"]
-        );
     }
 
     #[test]

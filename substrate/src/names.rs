@@ -62,6 +62,46 @@ use crate::pmu::{ConfigWord, Pmu, PmuSet};
 /// Where tracefs is looked for, in order.
 pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
+/// Whether stdout was open when this process started: Rust's runtime
+/// reopens a closed descriptor 0-2 on /dev/null read-write before `main`,
+/// while a shell's `>/dev/null` opens it write-only. For the command-line
+/// tools, which refuse a closed stdout. `true` where /proc is not mounted.
+pub fn stdout_was_open() -> bool {
+    let Ok(target) = fs::read_link("/proc/self/fd/1") else {
+        return !Path::new("/proc/self/fd").is_dir();
+    };
+    if target != Path::new("/dev/null") {
+        return true;
+    }
+    let info = fs::read_to_string("/proc/self/fdinfo/1").unwrap_or_default();
+    let flags = info
+        .lines()
+        .find_map(|l| l.strip_prefix("flags:"))
+        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
+        .unwrap_or(0);
+    flags & libc::O_ACCMODE as u32 != libc::O_RDWR as u32
+}
+
+/// The tracefs root in use, mounting tracefs at [`TRACEFS_ROOTS`]`[0]` first
+/// when it is mounted at none of them, as perf does. Call it before the
+/// first parse ([`default_parser`] looks for tracefs once). The error says
+/// why and how to mount it by hand.
+pub fn ensure_tracefs() -> std::result::Result<PathBuf, String> {
+    let found = || TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
+    if let Some(p) = found() {
+        return Ok(p);
+    }
+    let at = Path::new(TRACEFS_ROOTS[0]);
+    crate::sys::mount_tracefs(at).map_err(|e| {
+        format!(
+            "tracefs is not mounted and mounting it at {} failed ({e}); as root: mount -t tracefs nodev {}",
+            at.display(),
+            at.display()
+        )
+    })?;
+    found().ok_or_else(|| format!("tracefs mounted at {} holds no events/ directory", at.display()))
+}
+
 /// One named event of a fixed-type table.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Named {
@@ -268,6 +308,10 @@ pub struct ParsedEvent {
 pub struct Parser {
     pmus: PmuSet,
     tracefs: Option<PathBuf>,
+    /// The process whose modules `mem:SYMBOL` resolves in (`None`: this one).
+    symbols_of: Option<i32>,
+    /// Whether `tracefs` was set by [`Parser::tracefs_at`] rather than found.
+    tracefs_given: bool,
 }
 
 static DEFAULT: OnceLock<Parser> = OnceLock::new();
@@ -295,7 +339,7 @@ impl Parser {
     /// A parser over `pmus`, with tracefs found at the usual places.
     pub fn new(pmus: PmuSet) -> Self {
         let tracefs = TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
-        Parser { pmus, tracefs }
+        Parser { pmus, tracefs, symbols_of: None, tracefs_given: false }
     }
 
     /// This machine's PMUs and tracefs.
@@ -306,6 +350,14 @@ impl Parser {
     /// Uses `root` as tracefs (a directory holding `events/`), or none.
     pub fn tracefs_at(&mut self, root: Option<PathBuf>) -> &mut Self {
         self.tracefs = root;
+        self.tracefs_given = true;
+        self
+    }
+
+    /// Resolves `mem:SYMBOL` in the modules mapped by process `pid` (its
+    /// `/proc/PID/maps`) instead of this executable; `None` goes back to this one.
+    pub fn symbols_in(&mut self, pid: Option<i32>) -> &mut Self {
+        self.symbols_of = pid;
         self
     }
 
@@ -319,6 +371,19 @@ impl Parser {
         self.tracefs.as_deref()
     }
 
+    /// The tracefs root for a tracepoint: the one found at creation, else
+    /// (for a parser that was not given one) a tracefs mounted since, so a
+    /// long-lived parser sees a mount made after it was created.
+    fn tracefs_root(&self) -> Option<PathBuf> {
+        match &self.tracefs {
+            Some(r) => Some(r.clone()),
+            None if !self.tracefs_given => {
+                TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
+            }
+            None => None,
+        }
+    }
+
     /// The attr for `name`.
     pub fn parse(&self, name: &str) -> Result<EventAttr> {
         self.parse_full(name).map(|p| p.attr)
@@ -329,6 +394,9 @@ impl Parser {
         let name = name.trim();
         if name.is_empty() {
             return Err(malformed(name, "empty event name"));
+        }
+        if let Some(perf) = papi_spelling(name)? {
+            return self.parse_full(&perf);
         }
         if let Some(rest) = strip_prefix_ci(name, "mem:") {
             return self.breakpoint(name, rest);
@@ -525,7 +593,8 @@ impl Parser {
         {
             return Err(malformed(event, format!("`{c}` cannot appear in a tracepoint name")));
         }
-        let Some(root) = &self.tracefs else {
+        let found = self.tracefs_root();
+        let Some(root) = &found else {
             if self.symbolic(sys, sys, None).is_ok() {
                 return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
             }
@@ -603,7 +672,10 @@ impl Parser {
             None if target.starts_with(|c: char| c.is_ascii_digit()) => {
                 return Err(bad(format!("`{target}` is not a number (hex needs `0x`)")));
             }
-            None => (self_symbol_address(event, target)?, true),
+            None => match self.symbols_of {
+                None => (self_symbol_address(event, target)?, true),
+                Some(pid) => (process_symbol_address(event, target, pid)?, true),
+            },
         };
         let bp_type = match access.unwrap_or(if is_symbol { "x" } else { "rw" }) {
             a if a.contains('x') && a.len() > 1 => {
@@ -830,6 +902,165 @@ fn ranges_text(ranges: &[(u8, u8)]) -> String {
         .join(",")
 }
 
+/// One item of an event list: a lone event, or a `{a,b}` group whose
+/// members perf counts together (one group, read atomically).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListItem {
+    /// The event names, group modifiers (`{a,b}:u`) already applied to each.
+    pub events: Vec<String>,
+    /// Written as a `{…}` group.
+    pub group: bool,
+}
+
+/// Splits an event list as `perf stat -e` takes it: at commas, except inside
+/// a PMU's `pmu/…/` terms and inside `{…}` groups. Blank items are dropped;
+/// a brace that does not close or nests is an error.
+pub fn split_event_list(list: &str) -> Result<Vec<ListItem>> {
+    let bad = |reason: &str| malformed(list, reason);
+    let mut items = Vec::new();
+    let (mut cur, mut members) = (String::new(), None::<Vec<String>>);
+    let mut in_terms = false;
+    let mut chars = list.chars().peekable();
+    while let Some(ch) = chars.next() {
+        match ch {
+            '/' if in_terms => {
+                in_terms = false;
+                cur.push(ch);
+            }
+            // `pmu/` at the start of an item opens terms up to the next `/`;
+            // paths (`uprobe:/bin/x:f`, `mem:0x10/8`) have a `:` before theirs.
+            '/' => {
+                let head = cur.trim();
+                in_terms =
+                    !head.is_empty() && head.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+                cur.push(ch);
+            }
+            ',' if in_terms => cur.push(ch),
+            ',' => {
+                let name = std::mem::take(&mut cur).trim().to_string();
+                match &mut members {
+                    Some(m) => m.push(name),
+                    None => items.push(ListItem { events: vec![name], group: false }),
+                }
+            }
+            '{' => {
+                if members.is_some() {
+                    return Err(bad("groups do not nest: `{` inside `{…}`"));
+                }
+                if !cur.trim().is_empty() {
+                    return Err(bad("`{` must start an item: put a comma before the group"));
+                }
+                cur.clear();
+                members = Some(Vec::new());
+            }
+            '}' => {
+                let Some(mut m) = members.take() else {
+                    return Err(bad("`}` without a `{`"));
+                };
+                m.push(std::mem::take(&mut cur).trim().to_string());
+                let mut mods = String::new();
+                if chars.peek() == Some(&':') {
+                    chars.next();
+                    while let Some(&c) = chars.peek() {
+                        if c == ',' {
+                            break;
+                        }
+                        mods.push(c);
+                        chars.next();
+                    }
+                    if !is_modifier_text(mods.trim()) {
+                        return Err(bad("a group's `:` is followed by modifiers only (`{a,b}:u`)"));
+                    }
+                }
+                let mods = mods.trim();
+                let events: Vec<String> = m
+                    .into_iter()
+                    .filter(|e| !e.is_empty())
+                    .map(|e| if mods.is_empty() { e } else { with_modifiers(&e, mods) })
+                    .collect();
+                if events.is_empty() {
+                    return Err(bad("an empty group `{}`"));
+                }
+                items.push(ListItem { events, group: true });
+                match chars.peek() {
+                    None | Some(',') => {}
+                    Some(_) => return Err(bad("a group ends at `}` or `}:MODS`, then a comma")),
+                }
+            }
+            _ => cur.push(ch),
+        }
+    }
+    if members.is_some() {
+        return Err(bad("a `{` group is not closed"));
+    }
+    items.push(ListItem { events: vec![cur.trim().to_string()], group: false });
+    items.retain(|i| !(i.events.len() == 1 && i.events[0].is_empty()));
+    Ok(items)
+}
+
+/// Every event name of a list, groups flattened (see [`split_event_list`]).
+pub fn split_event_names(list: &str) -> Result<Vec<String>> {
+    Ok(split_event_list(list)?.into_iter().flat_map(|i| i.events).collect())
+}
+
+/// `name` with perf modifiers `mods` appended the way its syntax takes them.
+fn with_modifiers(name: &str, mods: &str) -> String {
+    if name.ends_with('/') { format!("{name}{mods}") } else { format!("{name}:{mods}") }
+}
+
+/// libpfm4's spellings of perf's generic events whose perf name is not the
+/// lower-cased, dash-separated PAPI one.
+const PFM_RENAMES: [(&str, &str); 4] = [
+    ("PAGE_FAULTS_MIN", "minor-faults"),
+    ("PAGE_FAULTS_MAJ", "major-faults"),
+    ("CPU_CLOCK", "cpu-clock"),
+    ("BUS_CYCLES", "bus-cycles"),
+];
+
+/// PAPI's (libpfm4's) spellings turned into perf's: `perf::TASK-CLOCK`,
+/// `perf::PERF_COUNT_SW_PAGE_FAULTS:u`, `perf_raw::r01c2`. `None` when
+/// `name` is not one.
+pub fn papi_spelling(name: &str) -> Result<Option<String>> {
+    if let Some(raw) = strip_prefix_ci(name, "perf_raw::") {
+        return Ok(Some(raw.to_string()));
+    }
+    let Some(rest) = strip_prefix_ci(name, "perf::") else { return Ok(None) };
+    let mut parts = rest.split(':');
+    let base = parts.next().unwrap_or_default();
+    if base.is_empty() {
+        return Err(malformed(name, "write `perf::EVENT[:u|:k]`, e.g. `perf::TASK-CLOCK`"));
+    }
+    // libpfm4 qualifiers: `u`, `k`, `h` alone or `=1` (on) / `=0` (off).
+    let mut mods = String::new();
+    for q in parts {
+        let (flag, on) = match q.split_once('=') {
+            Some((f, "1")) => (f, true),
+            Some((f, "0")) => (f, false),
+            None => (q, true),
+            Some(_) => {
+                return Err(malformed(name, format!("qualifier `{q}`: perf:: events take u, k, h (=0|1)")));
+            }
+        };
+        let flag = flag.to_ascii_lowercase();
+        if !matches!(flag.as_str(), "u" | "k" | "h") {
+            return Err(malformed(name, format!("qualifier `{q}`: perf:: events take u, k, h (=0|1)")));
+        }
+        if on {
+            mods.push_str(&flag);
+        }
+    }
+    let up = base.to_ascii_uppercase();
+    let stem = ["PERF_COUNT_HW_CACHE_", "PERF_COUNT_HW_", "PERF_COUNT_SW_"]
+        .iter()
+        .find_map(|p| up.strip_prefix(p))
+        .unwrap_or(&up);
+    let perf = match PFM_RENAMES.iter().find(|(k, _)| *k == stem) {
+        Some((_, v)) => v.to_string(),
+        None => stem.to_ascii_lowercase().replace('_', "-"),
+    };
+    Ok(Some(if mods.is_empty() { perf } else { with_modifiers(&perf, &mods) }))
+}
+
 fn malformed(event: &str, reason: impl Into<String>) -> Error {
     Error::Malformed { event: event.to_string(), reason: reason.into() }
 }
@@ -978,14 +1209,66 @@ pub(crate) fn tracepoint_names(root: &Path) -> Vec<String> {
     out
 }
 
+/// `name[+OFF]` of a `mem:` target.
+fn symbol_and_offset<'a>(event: &str, target: &'a str) -> Result<(&'a str, u64)> {
+    match target.split_once('+') {
+        Some((s, o)) => {
+            Ok((s, parse_number(o).ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?))
+        }
+        None => Ok((target, 0)),
+    }
+}
+
+/// One file-backed line of `/proc/PID/maps`.
+struct MapLine {
+    start: u64,
+    end: u64,
+    offset: u64,
+    path: String,
+}
+
+fn map_lines(maps: &str) -> impl Iterator<Item = MapLine> + '_ {
+    maps.lines().filter_map(|line| {
+        let mut f = line.split_whitespace();
+        let (range, _perms, off, _dev, _inode) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        let path = f.collect::<Vec<_>>().join(" ");
+        let (start, end) = range.split_once('-')?;
+        Some(MapLine {
+            start: u64::from_str_radix(start, 16).ok()?,
+            end: u64::from_str_radix(end, 16).ok()?,
+            offset: u64::from_str_radix(off, 16).ok()?,
+            path,
+        })
+    })
+}
+
+/// Largest `/proc/PID/maps` read (a process with ~200,000 mappings).
+const MAX_MAPS_BYTES: u64 = 32 << 20;
+/// Largest module read to look a symbol up in (libxul-sized libraries fit).
+const MAX_MODULE_BYTES: u64 = 1 << 30;
+
+/// Reads at most `bound` bytes of the regular file at `path` (a `/proc`
+/// link a target controls: never a FIFO or device, never unbounded).
+fn read_regular_bounded(path: &Path, bound: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let file = fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    if !meta.is_file() || meta.len() > bound {
+        return Err(Error::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::other(format!("not a regular file of at most {bound} bytes")),
+        });
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(bound).read_to_end(&mut data).map_err(io)?;
+    Ok(data)
+}
+
 /// The run-time address of function `target` (`name[+OFF]`) of this executable.
 fn self_symbol_address(event: &str, target: &str) -> Result<u64> {
-    let (symbol, offset) = match target.split_once('+') {
-        Some((s, o)) => {
-            (s, parse_number(o).ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?)
-        }
-        None => (target, 0),
-    };
+    let (symbol, offset) = symbol_and_offset(event, target)?;
     let exe = fs::read_link("/proc/self/exe")
         .map_err(|source| Error::Io { path: "/proc/self/exe".into(), source })?;
     let elf = ElfFile::open(&exe)?;
@@ -994,28 +1277,50 @@ fn self_symbol_address(event: &str, target: &str) -> Result<u64> {
     let maps =
         fs::read_to_string(maps_path).map_err(|source| Error::Io { path: maps_path.into(), source })?;
     let exe_text = exe.to_string_lossy();
-    for line in maps.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(range), Some(_perms), Some(off), Some(_dev), Some(_inode)) =
-            (f.next(), f.next(), f.next(), f.next(), f.next())
-        else {
-            continue;
-        };
-        let path = f.collect::<Vec<_>>().join(" ");
-        if path != exe_text {
-            continue;
-        }
-        let Some((start, _)) = range.split_once('-') else { continue };
-        let (Ok(start), Ok(off)) = (u64::from_str_radix(start, 16), u64::from_str_radix(off, 16)) else {
-            continue;
-        };
-        if let Some(bias) = elf.load_bias(start, off) {
+    for m in map_lines(&maps).filter(|m| m.path == exe_text) {
+        if let Some(bias) = elf.load_bias(m.start, m.offset) {
             return Ok(bias.wrapping_add(sym.address).wrapping_add(offset));
         }
     }
     Err(Error::Elf {
         path: exe,
         reason: "not found in /proc/self/maps, so its load address is unknown".into(),
+    })
+}
+
+/// The run-time address of function `target` (`name[+OFF]`) in the first
+/// module of process `pid` that defines it, in the order of its
+/// `/proc/PID/maps` (the executable first). Modules are read through
+/// `/proc/PID/map_files`, so a file renamed or replaced since it was mapped
+/// is still the one the process runs.
+fn process_symbol_address(event: &str, target: &str, pid: i32) -> Result<u64> {
+    let (symbol, offset) = symbol_and_offset(event, target)?;
+    let maps_path = PathBuf::from(format!("/proc/{pid}/maps"));
+    let maps = String::from_utf8_lossy(&read_regular_bounded(&maps_path, MAX_MAPS_BYTES)?).into_owned();
+    let lines: Vec<MapLine> = map_lines(&maps).filter(|m| m.path.starts_with('/')).collect();
+    let mut tried: Vec<&str> = Vec::new();
+    for first in &lines {
+        if tried.contains(&first.path.as_str()) {
+            continue;
+        }
+        tried.push(&first.path);
+        let link = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end));
+        let Ok(data) = read_regular_bounded(&link, MAX_MODULE_BYTES) else { continue };
+        let Ok(elf) = ElfFile::parse(&first.path, data) else { continue };
+        let Ok(sym) = elf.lookup_function(symbol) else { continue };
+        for m in lines.iter().filter(|m| m.path == first.path) {
+            if let Some(bias) = elf.load_bias(m.start, m.offset) {
+                return Ok(bias.wrapping_add(sym.address).wrapping_add(offset));
+            }
+        }
+    }
+    Err(Error::BadAddress {
+        event: event.to_string(),
+        reason: format!(
+            "no function `{symbol}` in the {} modules mapped by process {pid} (their files are read through \
+             /proc/{pid}/map_files, which needs CAP_SYS_ADMIN)",
+            tried.len()
+        ),
     })
 }
 

@@ -304,6 +304,16 @@ pub fn clock_gettime(clock: libc::clockid_t) -> Result<u64, Errno> {
     Ok((ts.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(ts.tv_nsec as u64))
 }
 
+/// Mounts a tracefs instance at `at` (mount(2); needs CAP_SYS_ADMIN).
+pub fn mount_tracefs(at: &std::path::Path) -> std::io::Result<()> {
+    let target = std::ffi::CString::new(at.as_os_str().as_encoded_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: every pointer is a NUL-terminated string alive for the call;
+    // tracefs takes no data argument (null).
+    let r =
+        unsafe { libc::mount(c"nodev".as_ptr(), target.as_ptr(), c"tracefs".as_ptr(), 0, std::ptr::null()) };
+    if r == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
 /// Restores the default action of SIGPIPE, which Rust's runtime ignores, so
 /// a command-line tool whose output goes to a closed pipe (`| head`) ends
 /// quietly as C tools do instead of failing on every write.

@@ -199,6 +199,8 @@ fn uprobe_and_uretprobe_count_every_call() {
 fn syscall_tracepoint_by_name_counts_each_write() {
     let _s = serial();
     const WRITES: u64 = 1_000;
+    // Mounted when absent and permitted; otherwise the parse below says why.
+    let _ = papirus_substrate::names::ensure_tracefs();
     let attr = match parse_event("syscalls:sys_enter_write") {
         Ok(a) => a,
         Err(e @ (Error::NoTracefs { .. } | Error::Io { .. })) => {

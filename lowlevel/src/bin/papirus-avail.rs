@@ -7,11 +7,20 @@ use clap::Parser;
 use papirus_lowlevel::avail::{FORMAT_VERSION, PresetStatus, native_statuses};
 use papirus_lowlevel::preset::{Term, preset_by_name};
 use papirus_lowlevel::{Library, init};
+use papirus_lowlevel::{out, outln};
 use serde_json::json;
+
+const EXAMPLES: &str = "Examples:
+  papirus-avail                 every preset, available or not, with the reason
+  papirus-avail -a              available presets only
+  papirus-avail -e PAPI_TOT_CYC one preset's definitions and native terms
+  papirus-avail --json | jq .presets
+
+A write error on stdout ends the tool with status 2; a closed pipe (| head) ends it quietly.";
 
 /// List PAPI presets and their availability on this machine.
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(name = "papirus-avail", version, after_help = EXAMPLES)]
 struct Args {
     /// Show one preset's definitions, native terms and encodings.
     #[arg(short, long, value_name = "NAME")]
@@ -25,13 +34,23 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_lowlevel::cli::run_tool("papirus-avail", || run(&Args::parse()))
+    papirus_lowlevel::cli::run_tool("papirus-avail", || {
+        let args = Args::parse();
+        let mut w = String::new();
+        let code = run(&args, &mut w)?;
+        papirus_lowlevel::cli::print(&w)?;
+        Ok::<_, papirus_lowlevel::cli::Failure>(code)
+    })
 }
 
-fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
+fn run(args: &Args, w: &mut String) -> papirus_lowlevel::Result<ExitCode> {
+    // Tracepoints are among what the machine offers: mount tracefs as perf does.
+    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
+        eprintln!("papirus-avail: {why}");
+    }
     let lib = init()?;
     if let Some(name) = &args.event {
-        return one(&lib, name, args.json);
+        return one(&lib, name, args.json, w);
     }
     let statuses: Vec<PresetStatus> =
         lib.preset_statuses().into_iter().filter(|s| s.available || !args.avail).collect();
@@ -44,17 +63,22 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
             "presets": statuses,
             "offered_instead": offered,
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!(w, "{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(hw) = lib.hwinfo() {
-        print!("{hw}");
+        out!(w, "{hw}");
     }
     let m = lib.machine();
-    println!("{}", "=".repeat(100));
-    println!(
+    outln!(w, "{}", "=".repeat(100));
+    outln!(
+        w,
         "{:<13} {:<10} {:<5} {:<5} {:<45} Reason / note",
-        "Name", "Code", "Avail", "Deriv", "Description"
+        "Name",
+        "Code",
+        "Avail",
+        "Deriv",
+        "Description"
     );
     for s in &statuses {
         let note = if s.available {
@@ -62,7 +86,8 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
         } else {
             s.reason.clone().unwrap_or_default()
         };
-        println!(
+        outln!(
+            w,
             "{:<13} {:#010x} {:<5} {:<5} {:<45} {}",
             s.preset.name,
             s.code,
@@ -74,16 +99,17 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
     }
     let avail = statuses.iter().filter(|s| s.available).count();
     let derived = statuses.iter().filter(|s| s.available && s.derived).count();
-    println!("{}", "-".repeat(100));
-    println!(
+    outln!(w, "{}", "-".repeat(100));
+    outln!(
+        w,
         "Of {} presets, {avail} are available here, of which {derived} are derived (definitions for {}).",
         statuses.len(),
         m.cpu
     );
     if !offered.is_empty() {
-        println!("\nWhat this machine does offer (papirus-native-avail --check lists every event):");
+        outln!(w, "\nWhat this machine does offer (papirus-native-avail --check lists every event):");
         for (pmu, names) in &offered {
-            println!("  {pmu:<11} {}", names.join(", "));
+            outln!(w, "  {pmu:<11} {}", names.join(", "));
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -121,7 +147,7 @@ fn offered() -> Vec<(String, Vec<String>)> {
     out
 }
 
-fn one(lib: &Library, name: &str, json: bool) -> papirus_lowlevel::Result<ExitCode> {
+fn one(lib: &Library, name: &str, json: bool, w: &mut String) -> papirus_lowlevel::Result<ExitCode> {
     let Some(p) = preset_by_name(name) else {
         return Err(papirus_lowlevel::Error::NoSuchEvent {
             name: name.to_string(),
@@ -131,30 +157,31 @@ fn one(lib: &Library, name: &str, json: bool) -> papirus_lowlevel::Result<ExitCo
     let s = lib.preset_status(p);
     if json {
         let out = json!({ "format_version": FORMAT_VERSION, "preset": s });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!(w, "{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
-    println!("Event name:        {}", p.name);
-    println!("Event code:        {:#010x}", p.code());
-    println!("Short description: {}", p.short);
-    println!("Long description:  {}", p.long);
-    println!("Available here:    {}", if s.available { "yes" } else { "no" });
+    outln!(w, "Event name:        {}", p.name);
+    outln!(w, "Event code:        {:#010x}", p.code());
+    outln!(w, "Short description: {}", p.short);
+    outln!(w, "Long description:  {}", p.long);
+    outln!(w, "Available here:    {}", if s.available { "yes" } else { "no" });
     if let Some(r) = &s.reason {
-        println!("Reason:            {r}");
+        outln!(w, "Reason:            {r}");
     }
     if s.candidates.is_empty() {
-        println!("Definitions:       none for {}", lib.machine().cpu);
+        outln!(w, "Definitions:       none for {}", lib.machine().cpu);
     }
     for (i, d) in s.candidates.iter().enumerate() {
         let used = s.available && s.definition.as_ref() == Some(d);
-        println!(
+        outln!(
+            w,
             "\nDefinition {}{} (presets.csv line {}):",
             i + 1,
             if used { ", in use" } else { "" },
             d.line
         );
-        println!("  derived:  {}", d.derivation.papi_name());
-        println!("  formula:  {}", d.formula());
+        outln!(w, "  derived:  {}", d.derivation.papi_name());
+        outln!(w, "  formula:  {}", d.formula());
         for (k, t) in d.terms.iter().enumerate() {
             let enc = match t {
                 Term::Core { .. } => {
@@ -167,13 +194,13 @@ fn one(lib: &Library, name: &str, json: bool) -> papirus_lowlevel::Result<ExitCo
                     Err(e) => e.to_string(),
                 },
             };
-            println!("  N{k}:       {:<34} {enc}", t.text());
+            outln!(w, "  N{k}:       {:<34} {enc}", t.text());
         }
         if let Some(n) = &d.note {
-            println!("  note:     {n}");
+            outln!(w, "  note:     {n}");
         }
         if let Some(src) = &d.source {
-            println!("  source:   {src}");
+            outln!(w, "  source:   {src}");
         }
     }
     Ok(ExitCode::SUCCESS)

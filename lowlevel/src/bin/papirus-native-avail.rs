@@ -6,11 +6,21 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use papirus_lowlevel::avail::{FORMAT_VERSION, native_statuses};
+use papirus_lowlevel::outln;
 use serde_json::json;
+
+const EXAMPLES: &str = "Examples:
+  papirus-native-avail                       every native event by PMU
+  papirus-native-avail --check --pmu software which software events count here
+  papirus-native-avail -i sched_switch       events whose name contains the text
+  papirus-native-avail --measure --json      counts of a known workload, as JSON
+
+Tracepoints need tracefs: it is mounted at /sys/kernel/tracing when absent and permitted.
+A write error on stdout ends the tool with status 2; a closed pipe (| head) ends it quietly.";
 
 /// List native events (perf's tables, sysfs PMU events, tracepoints).
 #[derive(Parser, Debug)]
-#[command(version)]
+#[command(name = "papirus-native-avail", version, after_help = EXAMPLES)]
 struct Args {
     /// Open each event for this thread and show whether it counts here.
     #[arg(short, long)]
@@ -35,10 +45,19 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_lowlevel::cli::run_tool("papirus-native-avail", || run(&Args::parse()))
+    papirus_lowlevel::cli::run_tool("papirus-native-avail", || {
+        let args = Args::parse();
+        let mut w = String::new();
+        let code = run(&args, &mut w)?;
+        papirus_lowlevel::cli::print(&w)?;
+        Ok::<_, papirus_lowlevel::cli::Failure>(code)
+    })
 }
 
-fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
+fn run(args: &Args, w: &mut String) -> papirus_lowlevel::Result<ExitCode> {
+    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
+        eprintln!("papirus-native-avail: {why}; tracepoints are not listed");
+    }
     let all = native_statuses(false)?;
     let mut list: Vec<_> = all
         .into_iter()
@@ -69,7 +88,7 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
             "tracepoints_not_checked": skipped,
             "self_measurement": { "workload": WORKLOAD, "counts": counts },
         });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        outln!(w, "{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(ExitCode::SUCCESS);
     }
     // Many events fail for one reason (no hardware PMU): print each reason once.
@@ -86,7 +105,7 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
         }
         if s.event.pmu != pmu {
             pmu = s.event.pmu.clone();
-            println!("{}\n PMU: {pmu}\n{}", "=".repeat(100), "-".repeat(100));
+            outln!(w, "{}\n PMU: {pmu}\n{}", "=".repeat(100), "-".repeat(100));
         }
         let check = match s.counts {
             Some(true) => match counted.iter().find(|(n, _)| *n == s.event.name) {
@@ -110,39 +129,42 @@ fn run(args: &Args) -> papirus_lowlevel::Result<ExitCode> {
         } else {
             format!(" (also {})", s.event.aliases.join(", "))
         };
-        println!("| {:<40} {:#010x}{aliases}{check}", s.event.name, s.event.code);
+        outln!(w, "| {:<40} {:#010x}{aliases}{check}", s.event.name, s.event.code);
         if !s.event.description.is_empty() {
-            println!("|     {}", s.event.description);
+            outln!(w, "|     {}", s.event.description);
         }
     }
     let counting = list.iter().filter(|s| s.counts == Some(true)).count();
-    println!("{}", "=".repeat(100));
+    outln!(w, "{}", "=".repeat(100));
     if tracepoint_count > 0 {
-        println!(
+        outln!(
+            w,
             "tracepoint: {tracepoint_count} events in {} subsystems, not listed: add --pmu tracepoint (or --include TEXT) to list and check them",
             tracepoints.len()
         );
     }
     if args.pmu.is_none() && args.include.is_none() {
-        println!(
+        outln!(
+            w,
             "parameterised events (not enumerable): mem:ADDR|SYMBOL[/LEN][:rwx] (breakpoint PMU, 4 per thread), uprobe:PATH:SYMBOL[+OFF], uretprobe:PATH:SYMBOL (uprobe PMU)"
         );
     }
     for (i, r) in reasons.iter().enumerate() {
-        println!("note {}: {r}", i + 1);
+        outln!(w, "note {}: {r}", i + 1);
     }
     if args.measure {
-        println!("self-measurement: {WORKLOAD}");
+        outln!(w, "self-measurement: {WORKLOAD}");
     }
     if check {
-        println!("Total events reported: {}, of which {counting} count here", list.len());
+        outln!(w, "Total events reported: {}, of which {counting} count here", list.len());
         if skipped > 0 {
-            println!(
+            outln!(
+                w,
                 "{skipped} tracepoints were not opened (opening and closing one took ~35 ms of kernel time on the development VM)"
             );
         }
     } else {
-        println!("Total events reported: {}", list.len());
+        outln!(w, "Total events reported: {}", list.len());
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -175,70 +175,98 @@ fn sets_with_events_without_a_user_space_path_read_by_syscall() {
     other.join().unwrap();
 }
 
+/// Two sets compared after the same operation, one operation of the kernel
+/// set apart: how far their values are beyond the tolerance.
+fn apply(round: u32, sets: &mut [&mut EventSet], acc: &mut [[i64; 1]]) -> Vec<i64> {
+    match round % 5 {
+        0 | 1 => sets.iter_mut().map(|s| s.read().unwrap()[0]).collect(),
+        2 => sets
+            .iter_mut()
+            .zip(acc.iter_mut())
+            .map(|(s, a)| {
+                let before = a[0];
+                s.accum(a).unwrap();
+                a[0] - before
+            })
+            .collect(),
+        3 => {
+            for s in sets.iter_mut() {
+                s.reset().unwrap();
+            }
+            sets.iter_mut().map(|s| s.read().unwrap()[0]).collect()
+        }
+        _ => {
+            let v: Vec<i64> = sets.iter_mut().map(|s| s.stop().unwrap()[0]).collect();
+            let fast = &mut sets[2];
+            assert_eq!(fast.read_path(), Some(ReadPath::Syscall), "stop reads after disabling");
+            assert_eq!(fast.read().unwrap()[0], v[2], "a stopped set keeps its value");
+            // Busy while stopped: none of it may show after the restart
+            // (within the sync interval, so a stale base would be used).
+            let t = std::time::Instant::now();
+            while t.elapsed() < std::time::Duration::from_micros(50) {
+                spin();
+            }
+            for s in sets.iter_mut() {
+                s.start().unwrap();
+            }
+            v
+        }
+    }
+}
+
 #[test]
 fn user_space_reads_keep_start_stop_accum_and_reset_exact() {
     let _s = serial();
     let lib = init().unwrap();
-    // `fast` reads from user space, `kernel` by read(2); each operation is
-    // applied to `kernel` then `fast`, so their values differ by the CPU
-    // time of one operation plus the user-space error.
+    // `fast` reads from user space, `kernel` and `base` by read(2). Each
+    // operation is applied to kernel, base, then fast, so base-kernel and
+    // fast-base are both one operation apart: base-kernel is what this
+    // machine (host preemption, a loaded CPU) adds to such a difference in
+    // this very run, fast-base that plus the user-space error.
     let Some(mut fast) = task_clock_set(&lib) else { return };
     let mut kernel = lib.event_set();
     kernel.add_named("task-clock").unwrap();
     kernel.set_user_space_reads(false);
-    let mut misses = Misses::default();
+    let mut base = lib.event_set();
+    base.add_named("task-clock").unwrap();
+    base.set_user_space_reads(false);
+    let (mut misses, mut baseline) = (Misses::default(), Misses::default());
     let mut paths = [0u32; 3];
-    let (mut acc_k, mut acc_f) = ([0i64], [0i64]);
-    kernel.start().unwrap();
-    fast.start().unwrap();
+    let mut acc = [[0i64]; 3];
+    for s in [&mut kernel, &mut base, &mut fast] {
+        s.start().unwrap();
+    }
     for round in 0..2_000u32 {
         if round % 16 == 0 {
             spin();
         }
-        let (k, f) = match round % 5 {
-            0 | 1 => (kernel.read().unwrap()[0], fast.read().unwrap()[0]),
-            2 => {
-                let (k0, f0) = (acc_k[0], acc_f[0]);
-                kernel.accum(&mut acc_k).unwrap();
-                fast.accum(&mut acc_f).unwrap();
-                (acc_k[0] - k0, acc_f[0] - f0)
-            }
-            3 => {
-                kernel.reset().unwrap();
-                fast.reset().unwrap();
-                (kernel.read().unwrap()[0], fast.read().unwrap()[0])
-            }
-            _ => {
-                let k = kernel.stop().unwrap()[0];
-                let f = fast.stop().unwrap()[0];
-                assert_eq!(fast.read_path(), Some(ReadPath::Syscall), "stop reads after disabling");
-                assert_eq!(fast.read().unwrap()[0], f, "a stopped set keeps its value");
-                // Busy while stopped: none of it may show after the restart
-                // (within the sync interval, so a stale base would be used).
-                let t = std::time::Instant::now();
-                while t.elapsed() < std::time::Duration::from_micros(50) {
-                    spin();
-                }
-                kernel.start().unwrap();
-                fast.start().unwrap();
-                (k, f)
-            }
-        };
+        let v = apply(round, &mut [&mut kernel, &mut base, &mut fast], &mut acc);
+        let (k, b, f) = (v[0], v[1], v[2]);
         assert!(f >= 0, "round {round}: a user-space value went negative: {f}");
         match fast.read_path() {
             Some(ReadPath::UserSpace) => paths[0] += 1,
             Some(ReadPath::Resync) => paths[1] += 1,
             _ => paths[2] += 1,
         }
-        // One operation of the kernel set runs between the two: allow its
-        // CPU time (a read(2) or an ioctl, a few µs) on top of the tolerance.
-        misses.add((f - k).abs().saturating_sub(TOLERANCE_NS));
+        baseline.add((b - k).abs().saturating_sub(TOLERANCE_NS));
+        misses.add((f - b).abs().saturating_sub(TOLERANCE_NS));
     }
     eprintln!("fast set paths: {} user space, {} resync, {} read(2)", paths[0], paths[1], paths[2]);
     assert!(paths[0] > 200, "too few user-space reads to test them: {paths:?}");
-    // No bound on every read here: a host preemption between the two sets'
-    // operations adds to their difference (the test above brackets instead).
-    misses.check("EventSet task-clock after start/stop/accum/reset, user space vs read()", false);
-    kernel.stop().unwrap();
-    fast.stop().unwrap();
+    eprintln!(
+        "beyond 5 µs: user space vs read(2) {} of {}, read(2) vs read(2) {} of {} (worst {} and {} ns)",
+        misses.over, misses.n, baseline.over, baseline.n, misses.worst, baseline.worst
+    );
+    // The 99 % rule over what the machine itself adds in this run: the user-space
+    // path may miss the tolerance in at most 1 % of rounds more than read(2) does.
+    assert!(
+        misses.over <= baseline.over + misses.n / 100,
+        "user space beyond 5 µs in {} of {} rounds, read(2) against itself in {}",
+        misses.over,
+        misses.n,
+        baseline.over
+    );
+    for s in [&mut kernel, &mut base, &mut fast] {
+        s.stop().unwrap();
+    }
 }

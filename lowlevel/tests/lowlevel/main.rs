@@ -7,5 +7,6 @@ mod util;
 mod bad_input;
 mod fastread;
 mod processes;
+mod stat;
 mod threads;
 mod tools;

@@ -2,36 +2,53 @@
 //! caches, TSC, hypervisor, hardware counters, perf PMUs — as a table, or
 //! as JSON with `--json`.
 
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
 use papirus_substrate::hwinfo::HwInfo;
 
-const USAGE: &str = "usage: papirus-hwinfo [--json]";
+const EXAMPLES: &str = "Examples:
+  papirus-hwinfo                 the machine as a table
+  papirus-hwinfo --json | jq .tsc
 
-fn main() {
+A write error on stdout ends the tool with status 2; a closed pipe (| head) ends it quietly.";
+
+/// Show what this machine offers papirus: CPU, topology, caches, TSC,
+/// hypervisor, hardware counters and perf PMUs.
+#[derive(Parser, Debug)]
+#[command(name = "papirus-hwinfo", version, after_help = EXAMPLES)]
+struct Args {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
     papirus_substrate::sys::default_sigpipe();
-    let mut json = false;
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--json" => json = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return;
-            }
-            other => {
-                eprintln!("papirus-hwinfo: unknown argument `{other}`\n{USAGE}");
-                std::process::exit(2);
-            }
-        }
+    // A closed stdout was reopened on /dev/null by Rust's runtime: refuse it.
+    if !papirus_substrate::names::stdout_was_open() {
+        return fail("standard output is closed; redirect it (e.g. >/dev/null)");
     }
     let info = HwInfo::collect();
-    if json {
+    let text = if args.json {
         match serde_json::to_string_pretty(&info) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("papirus-hwinfo: cannot encode JSON: {e}");
-                std::process::exit(1);
-            }
+            Ok(s) => s + "\n",
+            Err(e) => return fail(&format!("cannot encode JSON: {e}")),
         }
     } else {
-        print!("{info}");
+        info.to_string()
+    };
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&format!("cannot write to standard output: {e}")),
     }
+}
+
+fn fail(why: &str) -> ExitCode {
+    // stderr may be closed as well; nothing is left to report to then.
+    let _ = writeln!(std::io::stderr(), "papirus-hwinfo: {why}");
+    ExitCode::from(2)
 }

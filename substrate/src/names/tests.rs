@@ -563,3 +563,61 @@ fn alias_parameters_marked_with_a_question_mark_must_be_given() {
     let e = err(&p, "hv_24x7/PM_PB_CYC/").to_string();
     assert!(e.contains("needs a value for `starting_index`"), "{e}");
 }
+
+fn names(list: &str) -> Vec<String> {
+    split_event_names(list).unwrap_or_else(|e| panic!("`{list}`: {e}"))
+}
+
+#[test]
+fn event_lists_split_outside_pmu_terms_and_groups() {
+    assert_eq!(
+        names("task-clock, cpu/event=0x3c,umask=0x00/u,msr/tsc/,,PAPI_TOT_INS"),
+        ["task-clock", "cpu/event=0x3c,umask=0x00/u", "msr/tsc/", "PAPI_TOT_INS"]
+    );
+    // Slashes after a `:` are paths or lengths, not PMU terms.
+    assert_eq!(
+        names("uprobe:/usr/bin/x:main,mem:0x1000/8:w,page-faults"),
+        ["uprobe:/usr/bin/x:main", "mem:0x1000/8:w", "page-faults"]
+    );
+    let items = split_event_list("cycles,{task-clock,cpu/event=0x3c,umask=1/}:u,page-faults").unwrap();
+    assert_eq!(items.len(), 3);
+    assert_eq!(items[0], ListItem { events: vec!["cycles".into()], group: false });
+    assert_eq!(
+        items[1],
+        ListItem { events: vec!["task-clock:u".into(), "cpu/event=0x3c,umask=1/u".into()], group: true }
+    );
+    assert!(!items[2].group);
+    assert!(split_event_list("").unwrap().is_empty());
+    for bad in ["{a,b", "a}", "{a,{b}}", "{}", "x{a}", "{a}:zz", "{a}b"] {
+        assert!(matches!(split_event_list(bad), Err(Error::Malformed { .. })), "`{bad}` is refused");
+    }
+}
+
+#[test]
+fn papi_spellings_become_perf_names() {
+    let s = |n: &str| papi_spelling(n).unwrap();
+    assert_eq!(s("perf::TASK-CLOCK").as_deref(), Some("task-clock"));
+    assert_eq!(s("perf::PAGE-FAULTS").as_deref(), Some("page-faults"));
+    assert_eq!(s("PERF::perf_count_sw_page_faults_min:u").as_deref(), Some("minor-faults:u"));
+    assert_eq!(s("perf::PERF_COUNT_HW_CPU_CYCLES:u=1:k=0").as_deref(), Some("cpu-cycles:u"));
+    assert_eq!(s("perf_raw::r01c2").as_deref(), Some("r01c2"));
+    assert_eq!(s("task-clock"), None);
+    assert!(papi_spelling("perf::").is_err() && papi_spelling("perf::CYCLES:q").is_err());
+    let p = fixture("intel");
+    assert_eq!(enc(&parse(&p, "perf::TASK-CLOCK")), enc(&parse(&p, "task-clock")));
+    assert_eq!(enc(&parse(&p, "perf_raw::r01c2")), enc(&parse(&p, "r01c2")));
+}
+
+#[test]
+fn mem_symbols_resolve_in_another_process() {
+    let mut p = fixture("intel");
+    let me = std::process::id() as i32;
+    let own = parse(&p, "mem:main:x").config1_value();
+    p.symbols_in(Some(me));
+    // This process through /proc/PID: the same address as through /proc/self.
+    match p.parse("mem:main:x") {
+        Ok(a) => assert_eq!(a.config1_value(), own),
+        Err(e) => println!("skipped: /proc/{me}/map_files is not readable here: {e}"),
+    }
+    assert!(matches!(p.parse("mem:no_such_function_here:x"), Err(Error::BadAddress { .. })));
+}

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use papirus_substrate::attr::consts::{PERF_TYPE_HARDWARE, PERF_TYPE_TRACEPOINT};
 use papirus_substrate::{Counter, Domain, Error, EventAttr, Kind, Target};
@@ -101,29 +101,10 @@ fn per_task_msr_tsc_counts_only_while_running() {
     assert!(err <= 0.01, "{what}");
 }
 
-/// The tracefs directory, mounting it at its standard place if we are root
-/// and nothing mounted it yet (systemd does the same at boot).
+/// The tracefs directory, mounted at its standard place when absent and
+/// permitted (the shared helper every test that needs tracefs uses).
 fn tracefs() -> Option<PathBuf> {
-    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-    let mounted = mounts.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() > 2 && f[2] == "tracefs").then(|| PathBuf::from(f[1]))
-    });
-    if mounted.is_some() {
-        return mounted;
-    }
-    let std_path = Path::new("/sys/kernel/tracing");
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tracefs", "nodev"])
-        .arg(std_path)
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        println!("mounted tracefs at {}", std_path.display());
-        Some(std_path.to_path_buf())
-    } else {
-        None
-    }
+    papirus_substrate::names::ensure_tracefs().map_err(|why| println!("{why}")).ok()
 }
 
 /// Acceptance 7: syscalls:sys_enter_write counts exactly N for N write()s.
