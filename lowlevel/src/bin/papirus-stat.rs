@@ -198,8 +198,8 @@ fn open_unit(lib: &Library, args: &Args, plan: &Plan, at: Where, label: String) 
                 set.attach(pid)?;
             }
             Where::Cpu(cpu) => {
-                set.set_granularity(Granularity::System)?;
                 set.set_cpu(Some(cpu))?;
+                set.set_granularity(Granularity::System)?;
             }
         }
         let names = part
@@ -403,9 +403,11 @@ impl Stopped {
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
         // SAFETY: the closure runs in the forked child before exec and makes
-        // one raw syscall, which is async-signal-safe and allocates nothing.
+        // two raw syscalls, which are async-signal-safe and allocate nothing.
         unsafe {
             cmd.pre_exec(|| {
+                // This tool ignores ^C while a command runs (from the second -r run on, at fork).
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
                 if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -508,6 +510,10 @@ fn measure(
     }
     let done = match &mut stopped {
         Some(s) => {
+            // As perf does: ^C ends the command, and the counts are still printed.
+            // SAFETY: SIG_IGN for SIGINT takes no pointers; the command already
+            // runs its own image, so it keeps its default action.
+            unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
             s.resume()?;
             Some(waiter(s.pid))
         }
