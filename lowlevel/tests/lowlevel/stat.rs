@@ -280,7 +280,9 @@ fn stat_resolves_symbols_in_a_running_process() {
     assert!(ev[0]["thread"].as_str().is_some_and(|t| t.starts_with("pie-")), "{j}");
     let (bp, tp) = (ev[0]["value"].as_f64().unwrap(), ev[1]["value"].as_f64().unwrap());
     eprintln!("-p: mem:solve:x {bp}, sys_enter_write {tp}");
-    assert!(bp > 0.0 && (bp - tp).abs() <= 2.0, "one hit of solve per write(2): {j}");
+    // The breakpoint and the tracepoint are separate kernel groups, enabled
+    // one after the other in the running target: a few rounds of skew.
+    assert!(bp > 0.0 && (bp - tp).abs() <= 0.01 * tp + 2.0, "one hit of solve per write(2): {j}");
 }
 
 /// -a and -C count CPUs when this user may (root, or perf_event_paranoid ≤ 0).
