@@ -219,6 +219,11 @@ fn stat_repeats_intervals_and_atomic_groups() {
     assert_eq!(ev[0]["time_running"], ev[1]["time_running"], "{j}");
     assert!(ev[1]["value"].as_f64().unwrap() >= 500.0, "500 fresh pages fault: {j}");
     assert_eq!(ev[2]["name"], "duration_time");
+    // Without -o, JSON goes to stderr: the command's stdout stays its own.
+    let o = run(tool("papirus-stat").args(["-j", "-e", "task-clock", "--", "echo", "hi"]));
+    assert_eq!(o.stdout, b"hi\n");
+    let j: Value = serde_json::from_slice(&o.stderr).expect("stderr holds the JSON document");
+    assert_eq!(j["events"][0]["name"], "task-clock");
     assert!(ev[2]["value"].as_f64().unwrap() > 0.0);
 }
 
