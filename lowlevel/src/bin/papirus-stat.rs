@@ -116,6 +116,8 @@ struct Plan {
     tool: Vec<Option<ToolEvent>>,
     /// Kernel events by set: the lone events first, then one set per `{…}` group.
     parts: Vec<Vec<usize>>,
+    /// How many of `parts` hold lone events (the rest are groups).
+    lone_parts: usize,
 }
 
 fn plan(args: &Args) -> Result<Plan, Failure> {
@@ -147,12 +149,13 @@ fn plan(args: &Args) -> Result<Plan, Failure> {
             if item.group { groups.push(members) } else { lone.extend(members) }
         }
     }
-    // Lone events in sets of CHUNK: perf counts each in a group of its own,
-    // and small sets can be closed in parallel (see `close_in_parallel`).
+    // Lone events in sets of CHUNK: perf counts each in a group of its own;
+    // small sets keep each kernel group (and its one read) small.
     let mut parts: Vec<Vec<usize>> = lone.chunks(CHUNK).map(<[usize]>::to_vec).collect();
+    let lone_parts = parts.len();
+    // Groups are never empty: the splitter refuses `{}` and tool events in groups.
     parts.extend(groups);
-    parts.retain(|p| !p.is_empty());
-    Ok(Plan { names, tool, parts })
+    Ok(Plan { names, tool, parts, lone_parts })
 }
 
 /// Where the events of one counting unit are opened.
@@ -191,7 +194,7 @@ fn open_unit(lib: &Library, args: &Args, plan: &Plan, at: Where, label: String) 
     for (k, part) in plan.parts.iter().enumerate() {
         let mut set = lib.event_set();
         // Groups are one kernel group each: never multiplexed apart.
-        set.set_multiplex(args.multiplex && k == 0 && !plan.parts.is_empty())?;
+        set.set_multiplex(args.multiplex && k < plan.lone_parts)?;
         match at {
             Where::Task(pid) => {
                 set.set_granularity(Granularity::Process)?;
