@@ -276,6 +276,9 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<ExitCode, Failure> {
     let plan = plan(args)?;
+    if plan.names.is_empty() {
+        return Err(Failure("no events: give some with -e (e.g. -e task-clock,page-faults)".into()));
+    }
     let system = args.all_cpus || args.cpu.is_some();
     if args.pid.is_none() && !system && args.command.is_empty() {
         return Err(Failure("give a command after `--`, a process with -p PID, or CPUs with -a / -C".into()));
