@@ -530,14 +530,13 @@ fn measure(
     let mut prev_t = t0;
     let until = t0.saturating_add(args.duration.as_nanos().min(u64::MAX as u128) as u64);
     loop {
-        let wait = match args.interval {
-            Some(i) => i,
-            None if done.is_some() => Duration::MAX,
-            None => Duration::from_nanos(until.saturating_sub(real_nsec())),
-        };
-        let wait = match &done {
-            Some(_) => wait,
-            None => wait.min(Duration::from_nanos(until.saturating_sub(real_nsec()))),
+        // Until the next interval, the command's end, or the end of -d.
+        let left = Duration::from_nanos(until.saturating_sub(real_nsec()));
+        let wait = match (args.interval, done.is_some()) {
+            (Some(i), true) => i,
+            (Some(i), false) => i.min(left),
+            (None, true) => Duration::MAX,
+            (None, false) => left,
         };
         match &done {
             Some(rx) => match rx.recv_timeout(wait) {
