@@ -421,7 +421,20 @@ impl Stopped {
             });
         }
         // spawn returns once exec succeeded (or with exec's own error).
-        let child = cmd.spawn().map_err(|e| Failure(format!("cannot run `{}`: {e}", argv[0])))?;
+        let child = cmd.spawn().map_err(|e| {
+            // The child stops at its exec under ptrace (PTRACE_TRACEME), which
+            // Yama's ptrace_scope 2 and 3 refuse to a user without CAP_SYS_PTRACE.
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+            let hint = match scope.trim() {
+                "2" | "3" if e.raw_os_error() == Some(libc::EPERM) => format!(
+                    " (kernel.yama.ptrace_scope is {}: papirus-stat stops the command at its exec with \
+                     ptrace; run it with CAP_SYS_PTRACE, or count a running process with -p)",
+                    scope.trim()
+                ),
+                _ => String::new(),
+            };
+            Failure(format!("cannot run `{}`: {e}{hint}", argv[0]))
+        })?;
         let stopped = Stopped { pid: child.id() as i32, resumed: false };
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer for the call's duration.
