@@ -76,9 +76,17 @@ fn stdout_failed(e: &std::io::Error) -> ! {
     std::process::exit(2)
 }
 
+const EXAMPLES: &str = "Examples:
+  papirus-calibrate --quick                    every row, fewer samples (under 10 s)
+  papirus-calibrate --json costs.json --cpu 1  the machine cost file, measured on CPU 1
+  papirus-calibrate --only counter.read -d 20  one family of rows with histograms
+  papirus-calibrate --validate                 known workloads against expected counts
+
+A write error on stdout ends the tool with status 2; a closed pipe (| head) ends it quietly.";
+
 /// Command-line options.
 #[derive(Debug, Parser)]
-#[command(name = "papirus-calibrate", version, about = ABOUT, long_about = LONG_ABOUT)]
+#[command(name = "papirus-calibrate", version, about = ABOUT, long_about = LONG_ABOUT, after_help = EXAMPLES)]
 pub struct Options {
     /// Write the machine cost file (schema calibrate/schema/costfile.schema.json,
     /// read back by papirus_calibrate::CostFile::load) to FILE.
@@ -202,7 +210,10 @@ pub fn main_with_args(
     }
     let mut reg = Registry::builtin();
     extra(&mut reg);
-    let cmd = Options::command().name(name).bin_name(name).after_long_help(rows_help(&reg));
+    let cmd = Options::command()
+        .name(name)
+        .bin_name(name)
+        .after_long_help(format!("{EXAMPLES}\n\n{}", rows_help(&reg)));
     let argv = std::iter::once(std::ffi::OsString::from(name)).chain(args);
     let opts = match cmd.try_get_matches_from(argv).and_then(|m| Options::from_arg_matches(&m)) {
         Ok(o) => o,

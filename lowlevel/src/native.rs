@@ -219,6 +219,30 @@ mod tests {
     }
 
     #[test]
+    fn papi_spellings_resolve_to_perf_events() {
+        let a = resolve("perf::TASK-CLOCK").unwrap();
+        assert_eq!(a.parsed.attr.config_value(), resolve("task-clock").unwrap().parsed.attr.config_value());
+        assert_eq!(a.name, "perf::TASK-CLOCK", "the name stays as given");
+        assert_eq!(
+            resolve("perf::PAGE-FAULTS:u").unwrap().parsed.attr.domain_value(),
+            papirus_substrate::Domain::USER
+        );
+        assert!(resolve("perf_raw::r01c2").is_ok());
+        let lib = crate::init().unwrap();
+        let mut set = lib.event_set();
+        set.add_all(["perf::TASK-CLOCK", "perf::PAGE-FAULTS"]).unwrap();
+        assert_eq!(set.len(), 2);
+        // An unavailable preset fails with the machine's reason, the text papirus-stat prints too.
+        let mut set = lib.event_set();
+        match set.add_named("PAPI_TOT_CYC") {
+            Ok(_) => println!("PAPI_TOT_CYC counts here"),
+            Err(e) => {
+                assert!(e.to_string().starts_with("preset PAPI_TOT_CYC is not available here: "), "{e}")
+            }
+        }
+    }
+
+    #[test]
     fn unknown_names_get_suggestions() {
         let e = resolve("task-clok").unwrap_err();
         assert_eq!(e.code(), Code::Enoevnt);

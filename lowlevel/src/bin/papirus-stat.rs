@@ -116,6 +116,8 @@ struct Plan {
     tool: Vec<Option<ToolEvent>>,
     /// Kernel events by set: the lone events first, then one set per `{…}` group.
     parts: Vec<Vec<usize>>,
+    /// How many of `parts` hold lone events (the rest are groups).
+    lone_parts: usize,
 }
 
 fn plan(args: &Args) -> Result<Plan, Failure> {
@@ -147,12 +149,13 @@ fn plan(args: &Args) -> Result<Plan, Failure> {
             if item.group { groups.push(members) } else { lone.extend(members) }
         }
     }
-    // Lone events in sets of CHUNK: perf counts each in a group of its own,
-    // and small sets can be closed in parallel (see `close_in_parallel`).
+    // Lone events in sets of CHUNK: perf counts each in a group of its own;
+    // small sets keep each kernel group (and its one read) small.
     let mut parts: Vec<Vec<usize>> = lone.chunks(CHUNK).map(<[usize]>::to_vec).collect();
+    let lone_parts = parts.len();
+    // Groups are never empty: the splitter refuses `{}` and tool events in groups.
     parts.extend(groups);
-    parts.retain(|p| !p.is_empty());
-    Ok(Plan { names, tool, parts })
+    Ok(Plan { names, tool, parts, lone_parts })
 }
 
 /// Where the events of one counting unit are opened.
@@ -191,15 +194,15 @@ fn open_unit(lib: &Library, args: &Args, plan: &Plan, at: Where, label: String) 
     for (k, part) in plan.parts.iter().enumerate() {
         let mut set = lib.event_set();
         // Groups are one kernel group each: never multiplexed apart.
-        set.set_multiplex(args.multiplex && k == 0 && !plan.parts.is_empty())?;
+        set.set_multiplex(args.multiplex && k < plan.lone_parts)?;
         match at {
             Where::Task(pid) => {
                 set.set_granularity(Granularity::Process)?;
                 set.attach(pid)?;
             }
             Where::Cpu(cpu) => {
-                set.set_granularity(Granularity::System)?;
                 set.set_cpu(Some(cpu))?;
+                set.set_granularity(Granularity::System)?;
             }
         }
         let names = part
@@ -273,6 +276,9 @@ fn main() -> ExitCode {
 
 fn run(args: &Args) -> Result<ExitCode, Failure> {
     let plan = plan(args)?;
+    if plan.names.is_empty() {
+        return Err(Failure("no events: give some with -e (e.g. -e task-clock,page-faults)".into()));
+    }
     let system = args.all_cpus || args.cpu.is_some();
     if args.pid.is_none() && !system && args.command.is_empty() {
         return Err(Failure("give a command after `--`, a process with -p PID, or CPUs with -a / -C".into()));
@@ -403,9 +409,11 @@ impl Stopped {
         let mut cmd = Command::new(&argv[0]);
         cmd.args(&argv[1..]);
         // SAFETY: the closure runs in the forked child before exec and makes
-        // one raw syscall, which is async-signal-safe and allocates nothing.
+        // two raw syscalls, which are async-signal-safe and allocate nothing.
         unsafe {
             cmd.pre_exec(|| {
+                // This tool ignores ^C while a command runs (from the second -r run on, at fork).
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
                 if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
@@ -413,7 +421,20 @@ impl Stopped {
             });
         }
         // spawn returns once exec succeeded (or with exec's own error).
-        let child = cmd.spawn().map_err(|e| Failure(format!("cannot run `{}`: {e}", argv[0])))?;
+        let child = cmd.spawn().map_err(|e| {
+            // The child stops at its exec under ptrace (PTRACE_TRACEME), which
+            // Yama's ptrace_scope 2 and 3 refuse to a user without CAP_SYS_PTRACE.
+            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
+            let hint = match scope.trim() {
+                "2" | "3" if e.raw_os_error() == Some(libc::EPERM) => format!(
+                    " (kernel.yama.ptrace_scope is {}: papirus-stat stops the command at its exec with \
+                     ptrace; run it with CAP_SYS_PTRACE, or count a running process with -p)",
+                    scope.trim()
+                ),
+                _ => String::new(),
+            };
+            Failure(format!("cannot run `{}`: {e}{hint}", argv[0]))
+        })?;
         let stopped = Stopped { pid: child.id() as i32, resumed: false };
         let mut status = 0;
         // SAFETY: `status` is a valid out-pointer for the call's duration.
@@ -508,6 +529,10 @@ fn measure(
     }
     let done = match &mut stopped {
         Some(s) => {
+            // As perf does: ^C ends the command, and the counts are still printed.
+            // SAFETY: SIG_IGN for SIGINT takes no pointers; the command already
+            // runs its own image, so it keeps its default action.
+            unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
             s.resume()?;
             Some(waiter(s.pid))
         }
@@ -518,14 +543,13 @@ fn measure(
     let mut prev_t = t0;
     let until = t0.saturating_add(args.duration.as_nanos().min(u64::MAX as u128) as u64);
     loop {
-        let wait = match args.interval {
-            Some(i) => i,
-            None if done.is_some() => Duration::MAX,
-            None => Duration::from_nanos(until.saturating_sub(real_nsec())),
-        };
-        let wait = match &done {
-            Some(_) => wait,
-            None => wait.min(Duration::from_nanos(until.saturating_sub(real_nsec()))),
+        // Until the next interval, the command's end, or the end of -d.
+        let left = Duration::from_nanos(until.saturating_sub(real_nsec()));
+        let wait = match (args.interval, done.is_some()) {
+            (Some(i), true) => i,
+            (Some(i), false) => i.min(left),
+            (None, true) => Duration::MAX,
+            (None, false) => left,
         };
         match &done {
             Some(rx) => match rx.recv_timeout(wait) {

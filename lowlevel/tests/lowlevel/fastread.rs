@@ -51,13 +51,11 @@ impl Misses {
         self.worst = self.worst.max(err);
     }
 
-    /// The 99 % rule; with `bounded`, also the stated bound on every read.
-    fn check(&self, what: &str, bounded: bool) {
+    /// The 99 % rule, and the stated bound on every read.
+    fn check(&self, what: &str) {
         eprintln!("{what}: {} of {} beyond 5 µs, worst {} ns", self.over, self.n, self.worst);
         assert!(self.over * 100 <= self.n, "{what}: {} of {} reads beyond 5 µs", self.over, self.n);
-        if bounded {
-            assert!(self.worst <= ERROR_BOUND.as_nanos() as i64, "{what}: worst {} ns", self.worst);
-        }
+        assert!(self.worst <= ERROR_BOUND.as_nanos() as i64, "{what}: worst {} ns", self.worst);
     }
 }
 
@@ -94,7 +92,7 @@ fn a_task_clock_set_reads_from_user_space_within_5us_of_read() {
     }
     eprintln!("{user} of {READS} reads took no system call");
     assert!(user * 4 > READS, "only {user} of {READS} reads were syscall-free");
-    misses.check("EventSet task-clock user space vs read()", true);
+    misses.check("EventSet task-clock user space vs read()");
     // Stopped, the set reads the kernel's final value.
     let stopped = s.stop().unwrap();
     assert_eq!(s.read_path(), Some(ReadPath::Syscall));

@@ -37,11 +37,15 @@ int main(int argc, char **argv) {
 
 /// Builds the program (non-PIE, so perf's `mem:ADDR` is a fixed address) in `dir`.
 fn build(dir: &Path) -> PathBuf {
+    build_as(dir, "prog", "-no-pie")
+}
+
+/// Builds the program as `dir/name` with gcc's `-pie` or `-no-pie`.
+fn build_as(dir: &Path, name: &str, pie: &str) -> PathBuf {
     let src = dir.join("prog.c");
     std::fs::write(&src, PROG_C).unwrap();
-    let bin = dir.join("prog");
-    let out =
-        Command::new("gcc").args(["-O1", "-no-pie", "-o"]).arg(&bin).arg(&src).output().expect("gcc runs");
+    let bin = dir.join(name);
+    let out = Command::new("gcc").args(["-O1", pie, "-o"]).arg(&bin).arg(&src).output().expect("gcc runs");
     assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
     bin
 }
@@ -215,6 +219,11 @@ fn stat_repeats_intervals_and_atomic_groups() {
     assert_eq!(ev[0]["time_running"], ev[1]["time_running"], "{j}");
     assert!(ev[1]["value"].as_f64().unwrap() >= 500.0, "500 fresh pages fault: {j}");
     assert_eq!(ev[2]["name"], "duration_time");
+    // Without -o, JSON goes to stderr: the command's stdout stays its own.
+    let o = run(tool("papirus-stat").args(["-j", "-e", "task-clock", "--", "echo", "hi"]));
+    assert_eq!(o.stdout, b"hi\n");
+    let j: Value = serde_json::from_slice(&o.stderr).expect("stderr holds the JSON document");
+    assert_eq!(j["events"][0]["name"], "task-clock");
     assert!(ev[2]["value"].as_f64().unwrap() > 0.0);
 }
 
@@ -245,4 +254,62 @@ fn stat_propagates_exit_codes_and_refuses_bad_input() {
         Some(0) => eprintln!("PAPI_TOT_CYC counts here"),
         _ => assert!(err.contains("preset PAPI_TOT_CYC is not available here"), "{err}"),
     }
+}
+
+/// With -p, `mem:SYMBOL` resolves in the target's own (position-independent)
+/// executable: one breakpoint hit per loop round, as many as its write(2)s.
+#[test]
+fn stat_resolves_symbols_in_a_running_process() {
+    let _g = serial();
+    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = build_as(dir.path(), "pie", "-pie");
+    let mut child = Command::new(&bin).args(["1000000000", "1", "1"]).spawn().unwrap();
+    let out = dir.path().join("counts.json");
+    let o = run(tool("papirus-stat").args(["-j", "--per-thread", "-o"]).arg(&out).args([
+        "-e",
+        "mem:solve:x,syscalls:sys_enter_write",
+        "-d",
+        "0.2",
+        "-p",
+        &child.id().to_string(),
+    ]));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ev = j["events"].as_array().unwrap();
+    assert!(ev[0]["thread"].as_str().is_some_and(|t| t.starts_with("pie-")), "{j}");
+    let (bp, tp) = (ev[0]["value"].as_f64().unwrap(), ev[1]["value"].as_f64().unwrap());
+    eprintln!("-p: mem:solve:x {bp}, sys_enter_write {tp}");
+    // The breakpoint and the tracepoint are separate kernel groups, enabled
+    // one after the other in the running target: a few rounds of skew.
+    assert!(bp > 0.0 && (bp - tp).abs() <= 0.01 * tp + 2.0, "one hit of solve per write(2): {j}");
+}
+
+/// -a and -C count CPUs when this user may (root, or perf_event_paranoid ≤ 0).
+#[test]
+fn stat_counts_cpus_system_wide() {
+    let _g = serial();
+    let o = run(tool("papirus-stat").args(["-C", "0", "-x,", "-e", "cpu-clock", "--", "sleep", "0.05"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    if !o.status.success() {
+        assert!(err.contains("not permitted"), "{err}");
+        eprintln!("SKIP: {err}");
+        return;
+    }
+    let ms: f64 = err.lines().find_map(|l| l.split(',').next()?.parse().ok()).expect("a CSV line");
+    let o =
+        run(tool("papirus-stat").args(["-a", "-x,", "-e", "cpu-clock,duration_time", "--", "sleep", "0.05"]));
+    let all = String::from_utf8_lossy(&o.stderr);
+    let v: Vec<f64> = all.lines().filter_map(|l| l.split(',').next()?.parse().ok()).collect();
+    eprintln!("-C 0: {ms} ms of cpu-clock; -a: {v:?}");
+    // cpu-clock counts wall time on each CPU counted: one CPU about the
+    // duration, all CPUs that times the CPU count.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let (clock_ms, wall_ms) = (v[0], v[1] / 1e6);
+    assert!((clock_ms / wall_ms - cpus).abs() < 0.2 * cpus, "{all}");
 }
