@@ -1,0 +1,119 @@
+//! papirus-probe-abi: what the probe tool and the probe runtime inside the
+//! target share, and nothing else (no hooks, no unsafe code).
+//!
+//! - [`Session`]: the blob the tool writes into the target's memory and hands
+//!   to `papirus_probe_setup` by a remote call.
+//! - [`layout`]: the results segment, a sealed memfd the runtime creates and
+//!   lays its tables in, and the tool maps read-only ([`segment`] reads it).
+//! - [`report`]: the JSON report the tool writes.
+#![deny(unsafe_code)]
+
+pub mod layout;
+pub mod report;
+pub mod segment;
+
+use serde::{Deserialize, Serialize};
+
+pub use report::{EdgeReport, FORMAT_VERSION, FunctionReport, ProcessReport, Report, ThreadReport, Window};
+
+/// What the hooks measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Probe {
+    /// Counts calls and tracks returns, takes no timestamps (the probe's own cost floor).
+    Empty,
+    /// Real time from the TSC.
+    Wallclock,
+    /// Real time plus counter events, read per thread.
+    Counters,
+}
+
+impl Probe {
+    /// The probe's name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::Empty => "empty",
+            Probe::Wallclock => "wallclock",
+            Probe::Counters => "counters",
+        }
+    }
+}
+
+/// Version of [`Session`]; the runtime refuses any other.
+pub const SESSION_VERSION: u32 = 1;
+/// Largest session blob the runtime reads.
+pub const SESSION_MAX_BYTES: usize = 64 << 10;
+
+/// The session blob (JSON) the tool writes into the target: attributes only,
+/// never names or paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// [`SESSION_VERSION`] of the writer.
+    pub version: u32,
+    /// The probe.
+    pub probe: Probe,
+    /// Instrumented functions; ids are `0..functions`.
+    pub functions: u64,
+    /// Counter events of the counters probe (perf or PAPI names).
+    #[serde(default)]
+    pub events: Vec<String>,
+    /// Thread tables in the segment: threads alive at once that can be measured.
+    pub slots: u64,
+    /// Process records: the target and the children it forks.
+    pub processes: u64,
+}
+
+impl Session {
+    /// Encodes the blob.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a blob, refusing other versions and oversized input.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Session, SetupCode> {
+        if bytes.len() > SESSION_MAX_BYTES {
+            return Err(SetupCode::BadSession);
+        }
+        let s: Session = serde_json::from_slice(bytes).map_err(|_| SetupCode::BadSession)?;
+        if s.version != SESSION_VERSION {
+            return Err(SetupCode::BadSession);
+        }
+        Ok(s)
+    }
+}
+
+/// Why `papirus_probe_setup` failed: its negative return value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i64)]
+pub enum SetupCode {
+    /// The blob does not parse, is too large or of another version.
+    BadSession = -1,
+    /// The segment's geometry overflows or exceeds the limits of [`layout`].
+    Geometry = -2,
+    /// memfd_create, ftruncate, sealing or mmap failed in the target.
+    Memory = -3,
+    /// A counter event the target's kernel refuses or papirus cannot parse.
+    Events = -4,
+    /// A session is already active in this process.
+    Active = -5,
+}
+
+impl SetupCode {
+    /// The code for a negative return value.
+    pub fn from_return(v: i64) -> Option<SetupCode> {
+        [SetupCode::BadSession, SetupCode::Geometry, SetupCode::Memory, SetupCode::Events, SetupCode::Active]
+            .into_iter()
+            .find(|c| *c as i64 == v)
+    }
+
+    /// What it means for the user.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SetupCode::BadSession => "the runtime refused the session blob (another papirus version?)",
+            SetupCode::Geometry => "the results segment would be too large for this many functions",
+            SetupCode::Memory => "the target could not create or seal its results segment (memfd)",
+            SetupCode::Events => "the target cannot open the counter events",
+            SetupCode::Active => "a papirus session is already active in this process",
+        }
+    }
+}
