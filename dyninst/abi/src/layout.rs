@@ -122,8 +122,6 @@ pub mod slot {
     pub const NEVENTS: usize = 12;
     /// Errno of the counter group this thread could not open (0: none).
     pub const COUNTERS_ERRNO: usize = 13;
-    /// Activations nested deeper than the shadow stack, still open.
-    pub const DEEP: usize = 14;
     /// First word of the runtime's private words (addresses in the target
     /// that only the runtime uses; the tool never reads them).
     pub const PRIVATE: usize = 16;
@@ -145,6 +143,12 @@ pub mod proc {
     pub const LOCK: usize = 5;
     /// Threads that ever took a slot.
     pub const THREADS: usize = 6;
+    /// Exited threads' [`super::slot::REENTERED`], summed.
+    pub const REENTERED: usize = 7;
+    /// Exited threads' [`super::slot::UNTIMED`], summed.
+    pub const UNTIMED: usize = 8;
+    /// Exited threads' dropped pairs, plus pairs that found no place in the totals.
+    pub const EDGE_OVERFLOW: usize = 9;
 }
 
 /// Words of a process record header.

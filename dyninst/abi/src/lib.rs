@@ -61,6 +61,8 @@ pub struct Session {
     pub slots: u64,
     /// Process records: the target and the children it forks.
     pub processes: u64,
+    /// The tool's process id (named to a second tool that tries to attach).
+    pub tool_pid: u32,
 }
 
 impl Session {
@@ -94,9 +96,12 @@ pub enum SetupCode {
     Memory = -3,
     /// A counter event the target's kernel refuses or papirus cannot parse.
     Events = -4,
-    /// A session is already active in this process.
+    /// A session is already active in this process; see [`SetupCode::active_owner`].
     Active = -5,
 }
+
+/// Set-up returns `-(ACTIVE_BASE + pid)` when the tool `pid` holds a session.
+pub const ACTIVE_BASE: i64 = 1 << 32;
 
 impl SetupCode {
     /// The code for a negative return value.
@@ -104,6 +109,11 @@ impl SetupCode {
         [SetupCode::BadSession, SetupCode::Geometry, SetupCode::Memory, SetupCode::Events, SetupCode::Active]
             .into_iter()
             .find(|c| *c as i64 == v)
+    }
+
+    /// The pid of the tool holding the session, from set-up's return value.
+    pub fn active_owner(v: i64) -> Option<u32> {
+        (v <= -ACTIVE_BASE).then(|| (-(v + ACTIVE_BASE)) as u32)
     }
 
     /// What it means for the user.

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use crate::layout::{self, Geometry, entry, hdr, proc, slot, stat};
-use crate::report::{EdgeReport, FunctionReport, ThreadReport};
+use crate::report::{EdgeReport, FunctionReport, ProcessReport, ThreadReport};
 
 /// Why a segment cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -217,6 +217,9 @@ impl<'a> Segment<'a> {
                 torn,
                 functions: self.functions(stats),
                 callees: self.edges(&words[g.proc_edges() as usize..])?,
+                reentered: words[proc::REENTERED],
+                overflow: words[proc::UNTIMED],
+                edge_overflow: words[proc::EDGE_OVERFLOW],
                 ..Default::default()
             };
             index[i as usize] = Some(procs.len());
@@ -253,7 +256,7 @@ impl<'a> Segment<'a> {
                 torn,
                 functions: self.functions(&words[g.slot_stats() as usize..g.slot_edges() as usize]),
                 callees: self.edges(&words[g.slot_edges() as usize..])?,
-                open: words[slot::DEPTH].min(g.depth) + words[slot::DEEP],
+                open: words[slot::DEPTH].min(g.depth),
                 reentered: words[slot::REENTERED],
                 overflow: words[slot::UNTIMED],
                 edge_overflow: words[slot::EDGE_OVERFLOW],
@@ -290,6 +293,27 @@ impl<'a> Segment<'a> {
         }
         out
     }
+}
+
+/// The report's thread list and process list from samples: per process its
+/// live threads, then its exited threads folded (when there were any). The
+/// processes' `ended` is left empty for the caller, which knows how they ended.
+pub fn flatten(procs: Vec<ProcessSample>) -> (Vec<ThreadReport>, Vec<ProcessReport>) {
+    let mut threads = Vec::new();
+    let mut processes = Vec::new();
+    for p in procs {
+        processes.push(ProcessReport {
+            pid: p.pid,
+            parent: p.parent,
+            ended: String::new(),
+            exited_threads: p.exited_threads,
+        });
+        threads.extend(p.threads);
+        if p.exited_threads > 0 || !p.exited.functions.is_empty() {
+            threads.push(p.exited);
+        }
+    }
+    (threads, processes)
 }
 
 #[cfg(test)]

@@ -1,76 +1,41 @@
-//! The C ABI of the runtime: the set-up and flush entry points the tool calls
-//! inside the target, and the constructor that reads a session file named by
-//! the environment.
+//! The C ABI of the runtime: the entry points the tool calls inside the
+//! stopped target. Nothing runs when the library is loaded.
 //!
 //! # Safety
 //!
-//! The constructor sits in `.init_array` and only registers an `atexit`
-//! handler; `papirus_probe_flush` takes no arguments; `papirus_probe_setup`
-//! reads the NUL-terminated path the tool wrote into the target.
+//! `papirus_probe_setup` reads `len` bytes at `blob`, memory the tool wrote
+//! into the target; it never writes there.
 #![allow(unsafe_code)]
 
-use std::path::PathBuf;
+use papirus_probe_abi::{SESSION_MAX_BYTES, Session, SetupCode};
 
-/// Writes the report now (the tool calls it before detaching). Returns 0, or
-/// -1 when the report cannot be written (the reason goes to stderr).
-#[unsafe(no_mangle)]
-pub extern "C" fn papirus_probe_flush() -> i32 {
-    match crate::flush() {
-        Ok(_) => 0,
-        Err(e) => {
-            eprintln!("papirus-probe-runtime: {e}");
-            -1
-        }
-    }
-}
-
-/// Sets the runtime up from the session file at `path` (a NUL-terminated
-/// string) and registers the report for exit. Returns 0, or -1 with the
-/// reason on stderr. The tool calls it inside the target.
+/// Starts a session from the [`Session`] blob at `blob` (`len` bytes).
+/// Returns the results segment's memfd (≥ 0) or a negative
+/// [`SetupCode`] (`-(ACTIVE_BASE + pid)` when tool `pid` holds a session).
 ///
 /// # Safety
 ///
-/// `path` must point to a NUL-terminated string.
+/// `blob` must point to `len` readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn papirus_probe_setup(path: *const std::ffi::c_char) -> i32 {
-    // SAFETY: the caller passes a NUL-terminated string.
-    let path = unsafe { std::ffi::CStr::from_ptr(path) };
-    let path = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()));
-    setup_and_register(&path)
-}
-
-fn setup_and_register(path: &std::path::Path) -> i32 {
-    match crate::setup_from(path) {
-        Ok(_) => {
-            // SAFETY: registers a plain function that lives as long as the library.
-            unsafe { atexit(flush_at_exit) };
-            0
-        }
-        Err(e) => {
-            eprintln!("papirus-probe-runtime: {e}");
-            -1
-        }
+pub unsafe extern "C" fn papirus_probe_setup(blob: *const u8, len: usize) -> i64 {
+    if blob.is_null() || len > SESSION_MAX_BYTES {
+        return SetupCode::BadSession as i64;
     }
+    // SAFETY: the caller passes `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(blob, len) };
+    // A panic must not unwind into the tool's remote call frame.
+    std::panic::catch_unwind(|| match Session::from_bytes(bytes) {
+        Ok(s) => match crate::setup(&s) {
+            Ok(fd) => i64::from(fd),
+            Err(code) => code,
+        },
+        Err(code) => code as i64,
+    })
+    .unwrap_or(SetupCode::BadSession as i64)
 }
 
-extern "C" fn flush_at_exit() {
-    papirus_probe_flush();
+/// Ends the session and unmaps the results segment (see [`crate::teardown`]). Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_teardown() -> i64 {
+    crate::teardown()
 }
-
-unsafe extern "C" {
-    fn atexit(f: extern "C" fn()) -> i32;
-}
-
-extern "C" fn constructor() {
-    let path = match std::env::var_os("PAPIRUS_PROBE_SESSION") {
-        Some(p) => PathBuf::from(p),
-        None => crate::injected_session_path(std::process::id()),
-    };
-    if path.exists() {
-        setup_and_register(&path);
-    }
-}
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static CONSTRUCTOR: extern "C" fn() = constructor;

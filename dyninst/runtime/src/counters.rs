@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicUsize;
 
 use papirus_substrate::{EventAttr, Target, fastread::MappedGroup};
 
-use crate::state::{MAX_EVENTS, Thread};
+use crate::state::{MAX_EVENTS, Thread, Word};
 use crate::sys;
 
 /// Events the counters probe reads on threads registered from now on.
@@ -66,22 +66,28 @@ pub fn reader() -> u64 {
 #[inline(always)]
 pub(crate) fn read(t: &Thread) {
     // SAFETY: `t` is the calling thread's tables and `xsave` its area (module docs).
-    unsafe { counters_read(t, t.xsave) }
+    unsafe { counters_read(t, t.xsave.get() as *mut u8) }
 }
 
 struct Reader {
     group: Option<MappedGroup>,
-    /// Why the group could not be opened (the kernel's reason).
-    error: Option<String>,
     scratch: Vec<papirus_substrate::Count>,
 }
 
-/// Why a thread reads no counters, when its group could not be opened.
-pub(crate) fn error_of(t: &Thread) -> Option<String> {
-    let p = t.counters.get() as *const Reader;
-    // SAFETY: a non-null pointer is the thread's leaked reader, never freed;
-    // `error` is written before the pointer is published.
-    unsafe { p.as_ref() }.and_then(|r| r.error.clone())
+/// Frees a retiring thread's reader and XSAVE area (on its own thread).
+pub(crate) fn release(t: &Thread) {
+    let p = t.counters.get() as *mut Reader;
+    t.counters.set(0);
+    if !p.is_null() {
+        // SAFETY: the pointer came from Box::into_raw on this thread and is cleared above.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    let area = t.xsave.get() as *mut u8;
+    t.xsave.set(0);
+    t.nevents.set(0);
+    if !area.is_null() {
+        sys::munmap(area, xsave_len());
+    }
 }
 
 extern "C" fn read_inner(t: *const Thread) {
@@ -98,18 +104,21 @@ extern "C" fn read_inner(t: *const Thread) {
                 reason: "no events were set up".into(),
             }),
         };
-        let (group, error) = match opened {
-            Ok(g) => (Some(g), None),
-            Err(e) => (None, Some(e.to_string())),
+        let group = match opened {
+            Ok(g) => Some(g),
+            Err(e) => {
+                t.counters_errno.set(e.errno().map_or(u64::MAX, |n| n.0 as u64));
+                None
+            }
         };
-        p = Box::into_raw(Box::new(Reader { group, error, scratch: Vec::with_capacity(MAX_EVENTS) }));
+        p = Box::into_raw(Box::new(Reader { group, scratch: Vec::with_capacity(MAX_EVENTS) }));
         t.counters.set(p as u64);
     }
     // SAFETY: the reader state belongs to this thread alone.
     let r = unsafe { &mut *p };
     let Some(g) = &r.group else { return };
     if g.read_into(&mut r.scratch).is_ok() {
-        for (w, c) in t.cnow.iter().zip(&r.scratch).take(t.nevents as usize) {
+        for (w, c) in t.cnow.iter().zip(&r.scratch).take(t.nevents.get() as usize) {
             w.set(c.estimate().unwrap_or(0));
         }
     }
@@ -122,7 +131,12 @@ pub(crate) fn xsave_area() -> Option<*mut u8> {
     if leaf1.ecx & (1 << 27) == 0 {
         return None;
     }
-    // Leaf 0xD exists when OSXSAVE is set.
+    sys::mmap_zeroed(xsave_len())
+}
+
+/// Bytes of an XSAVE area for this CPU, whole pages.
+fn xsave_len() -> usize {
+    // Leaf 0xD exists when OSXSAVE is set (checked before any area exists).
     let size = core::arch::x86_64::__cpuid_count(0xd, 0).ebx as usize;
-    sys::mmap_zeroed(size.max(4096).next_multiple_of(4096))
+    size.max(4096).next_multiple_of(4096)
 }

@@ -472,11 +472,7 @@ mod tests {
                     .map(|(id, &calls)| FunctionReport { id, calls, exits: calls, ..Default::default() })
                     .collect(),
                 callees: Vec::new(),
-                open: 0,
-                reentered: 0,
-                overflow: 0,
-                edge_overflow: 0,
-                counters_error: None,
+                ..Default::default()
             })
             .collect();
         Report {
@@ -487,6 +483,9 @@ mod tests {
             events: events.iter().map(|e| e.to_string()).collect(),
             functions: vec!["a".into(), "b".into()],
             threads,
+            window: Default::default(),
+            processes: Vec::new(),
+            unmeasured_threads: 0,
         }
     }
 

@@ -136,11 +136,7 @@ mod tests {
             tid,
             functions: vec![f(0, 1, 3000), f(1, 9, 1000)],
             callees: vec![EdgeReport { caller: 0, callee: 1, calls: 9, incl_ticks: 1000 }],
-            open: 0,
-            reentered: 0,
-            overflow: 0,
-            edge_overflow: 0,
-            counters_error: None,
+            ..Default::default()
         };
         let r = Report {
             format_version: FORMAT_VERSION,
@@ -150,6 +146,9 @@ mod tests {
             events: vec![],
             functions: vec!["main".into(), "leaf".into()],
             threads: vec![t(7), t(8)],
+            window: Default::default(),
+            processes: Vec::new(),
+            unmeasured_threads: 0,
         };
         let text = format_report(&r, None, SortKey::Excl);
         assert!(text.find("  main ").unwrap() < text.find("  leaf ").unwrap());
