@@ -62,6 +62,8 @@ pub struct RunSummary {
     pub refused: Vec<Refused>,
     /// The report file (written by the tool when the program ended).
     pub output: PathBuf,
+    /// How long reading the segment and writing the report took.
+    pub report_time: std::time::Duration,
 }
 
 /// Runs the program instrumented, waits for it to end and writes the report.
@@ -91,9 +93,11 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
             other_process_state(p)
         }
     };
+    let t0 = std::time::Instant::now();
     let report = results.report(pid, opts.probe, &opts.events, names, &ended)?;
     write(&opts.output, &report)?;
-    Ok(RunSummary { pid, exit, exec, installed, refused, output: opts.output.clone() })
+    let report_time = t0.elapsed();
+    Ok(RunSummary { pid, exit, exec, installed, refused, output: opts.output.clone(), report_time })
 }
 
 type Prepared = (Vec<String>, Results, usize, Vec<Refused>);

@@ -172,7 +172,13 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
     };
     let s = probe::run(&opts)?;
     probe::print_summary(s.installed, &s.refused);
-    eprintln!("papirus-probe: pid {} {}; report in {}", s.pid, s.exit, s.output.display());
+    eprintln!(
+        "papirus-probe: pid {} {}; report written in {:.1} ms to {}",
+        s.pid,
+        if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() },
+        s.report_time.as_secs_f64() * 1e3,
+        s.output.display()
+    );
     print_report(&s.output, None, args.sort)?;
     print_prediction(costs, &s.output)
 }

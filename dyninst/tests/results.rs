@@ -1,0 +1,266 @@
+//! The results segment end to end: `papirus-probe run` and `attach` on a
+//! target built here, the report written by the tool however the target
+//! ends, bounded memory with many threads, forks, and nothing of papirus left
+//! in a target after detach.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use papirus_probe_abi::{FORMAT_VERSION, Report};
+
+/// The target, built once per test binary into its own temporary directory.
+fn target() -> &'static Path {
+    static T: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
+    &T.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets/results_target.c");
+        let exe = dir.path().join("results_target");
+        let ok = Command::new("gcc")
+            .args(["-O2", "-pthread", "-fcf-protection=none", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("gcc runs")
+            .success();
+        assert!(ok, "building {}", src.display());
+        (dir, exe)
+    })
+    .1
+}
+
+fn probe() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+}
+
+fn read(path: &Path) -> Report {
+    let r: Report = serde_json::from_reader(std::fs::File::open(path).unwrap()).unwrap();
+    assert_eq!(r.format_version, FORMAT_VERSION);
+    r
+}
+
+fn calls(r: &Report, name: &str) -> u64 {
+    r.total(r.id(name).unwrap_or_else(|| panic!("{name} not in the report"))).calls
+}
+
+/// Runs the target under `run` with a stale report in place; returns the
+/// new report and the tool's stderr.
+fn run(dir: &Path, args: &[&str]) -> (Report, String) {
+    let out = dir.join("report.json");
+    std::fs::write(&out, "stale").unwrap();
+    let o = probe()
+        .args(["run", "-f", "leaf,calls,worker,exiter", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{stderr}");
+    (read(&out), stderr)
+}
+
+#[test]
+fn every_end_gets_a_report_of_what_ran() {
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, ended) in [
+        ("exit0", "exit code 0"),
+        ("exit5", "exit code 5"),
+        ("_exit4", "exit code 4"),
+        ("abort", "killed by SIGABRT"),
+        ("segv", "killed by SIGSEGV"),
+        ("exec", "execve, then exit code 0"),
+    ] {
+        let (r, _) = run(dir.path(), &[mode]);
+        assert_eq!(calls(&r, "leaf"), 1000, "{mode}");
+        assert_eq!(calls(&r, "calls"), 1, "{mode}");
+        assert_eq!(r.processes.len(), 1, "{mode}");
+        assert_eq!(r.processes[0].pid, r.pid);
+        assert_eq!(r.processes[0].ended, ended, "{mode}");
+        assert!(r.window.duration_ns > 0 && r.window.end_unix_ns >= r.window.start_unix_ns);
+    }
+}
+
+#[test]
+fn sigkill_from_outside_gets_a_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.json");
+    std::fs::write(&out, "stale").unwrap();
+    let mut tool = probe()
+        .args(["run", "-f", "leaf,calls", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .arg("pause")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(tool.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let pid: i32 = line.trim().strip_prefix("ready ").expect("the target's first line").parse().unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    // The tool prints the report to stdout: keep reading it.
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let o = tool.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = read(&out);
+    assert_eq!(r.pid as i32, pid);
+    assert_eq!(calls(&r, "leaf"), 1000);
+    assert_eq!(r.processes[0].ended, "killed by SIGKILL");
+}
+
+#[test]
+fn forked_children_are_processes_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _) = run(dir.path(), &["fork"]);
+    assert_eq!(calls(&r, "leaf"), 4 * 1000);
+    assert_eq!(calls(&r, "calls"), 4);
+    assert_eq!(r.processes.len(), 4, "{:?}", r.processes);
+    for child in &r.processes[1..] {
+        assert_eq!(child.parent, r.pid);
+        let leaf = r.id("leaf").unwrap();
+        let n: u64 = r
+            .threads
+            .iter()
+            .filter(|t| t.pid == child.pid)
+            .flat_map(|t| &t.functions)
+            .filter(|f| f.id == leaf)
+            .map(|f| f.calls)
+            .sum();
+        assert_eq!(n, 1000, "child {}", child.pid);
+    }
+}
+
+#[test]
+fn thousands_of_short_threads_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, stderr) = run(dir.path(), &["threads", "2000"]);
+    assert_eq!(calls(&r, "leaf"), 1000 + 2000 * 10);
+    assert_eq!(calls(&r, "worker") + calls(&r, "exiter"), 2000);
+    // pthread_exit leaves its frames unwound, not open.
+    let exiter = r.total(r.id("exiter").unwrap());
+    assert_eq!((exiter.exits, exiter.unwound), (0, 1000));
+    let folded: u64 = r.threads.iter().map(|t| t.exited_threads).sum();
+    assert!(folded >= 2000, "{folded} threads folded");
+    let size = std::fs::metadata(dir.path().join("report.json")).unwrap().len();
+    let line = stderr.lines().find(|l| l.contains("report written")).unwrap_or("(no write time)");
+    eprintln!("2,000 threads under run: report {size} bytes; {line}");
+    assert!(size < 1 << 20, "report of {size} bytes");
+}
+
+#[test]
+fn thread_rss_growth_under_run_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("report.json");
+    let o = probe()
+        .args(["run", "-f", "leaf,calls,worker,exiter", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .args(["threads", "2000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let rss = |stdout: &[u8]| -> Vec<i64> {
+        let text = String::from_utf8_lossy(stdout).to_string();
+        let line =
+            text.lines().find_map(|l| l.strip_prefix("rss ")).expect("the target prints its RSS").to_string();
+        line.split(' ').map(|v| v.parse().unwrap()).collect()
+    };
+    let kb = rss(&o.stdout);
+    let plain = rss(&Command::new(target()).args(["threads", "2000"]).output().unwrap().stdout);
+    eprintln!(
+        "target RSS over 2,000 threads: {} kB -> {} kB under run; {} kB -> {} kB uninstrumented",
+        kb[0], kb[1], plain[0], plain[1]
+    );
+    assert!(kb[1] - kb[0] < 64 << 10, "RSS grew by {} kB", kb[1] - kb[0]);
+}
+
+/// A `loop` target, started plain.
+struct Looper(std::process::Child);
+
+impl Looper {
+    fn start() -> Looper {
+        let mut c = Command::new(target()).arg("loop").stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        Looper(c)
+    }
+
+    fn pid(&self) -> i32 {
+        self.0.id() as i32
+    }
+
+    fn maps(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/maps", self.pid())).unwrap()
+    }
+}
+
+impl Drop for Looper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn attach(pid: i32, out: &Path, secs: &str) -> std::process::Output {
+    probe()
+        .args(["attach", &pid.to_string(), "-f", "leaf,calls", "--duration", secs, "-o"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn nothing_stays_after_detach() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Looper::start();
+    for round in 0..3 {
+        let out = dir.path().join(format!("attach{round}.json"));
+        let o = attach(t.pid(), &out, "0.5");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let r = read(&out);
+        assert!(calls(&r, "leaf") > 0);
+        assert_eq!(r.processes[0].ended, "detached");
+        let maps = t.maps();
+        assert!(!maps.contains("papirus-probe-results"), "segment still mapped:\n{maps}");
+    }
+    // Its later end writes nothing anywhere we can see.
+    let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    drop(t);
+    let after: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(before, after);
+}
+
+#[test]
+fn a_second_attach_is_refused_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = Looper::start();
+    let out1 = dir.path().join("first.json");
+    let mut first = probe()
+        .args(["attach", &t.pid().to_string(), "-f", "leaf,calls", "--duration", "3", "-o"])
+        .arg(&out1)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the first session is in place.
+    let start = Instant::now();
+    while !t.maps().contains("papirus-probe-results") {
+        assert!(start.elapsed() < Duration::from_secs(20), "the first attach never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let second = attach(t.pid(), &dir.path().join("second.json"), "0.2");
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    assert!(err.contains(&format!("papirus-probe pid {}", first.id())), "{err}");
+    assert!(!dir.path().join("second.json").exists());
+    let st = first.wait().unwrap();
+    assert!(st.success());
+    assert!(calls(&read(&out1), "leaf") > 0);
+    assert!(!t.maps().contains("papirus-probe-results"));
+}

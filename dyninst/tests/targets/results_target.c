@@ -1,0 +1,92 @@
+/* Target of papirus' results tests: calls `leaf` a known number of times,
+ * then ends the way argv[1] says, forks, or creates many short threads. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+volatile long counter;
+
+__attribute__((noinline)) long leaf(long x) {
+    counter++;
+    return x * 3 + counter;
+}
+
+__attribute__((noinline)) long calls(int n) {
+    long s = 0;
+    for (int i = 0; i < n; i++) s += leaf(i);
+    return s;
+}
+
+static long rss_kb(void) {
+    char line[256];
+    long kb = -1;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f) return -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld", &kb) == 1) break;
+    fclose(f);
+    return kb;
+}
+
+static void *worker(void *arg) {
+    (void)arg;
+    calls(10);
+    return NULL;
+}
+
+static void *exiter(void *arg) {
+    (void)arg;
+    calls(10);
+    pthread_exit(NULL);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "exit0";
+    calls(1000);
+    printf("ready %d\n", getpid());
+    fflush(stdout);
+    if (!strcmp(mode, "exit5")) exit(5);
+    if (!strcmp(mode, "_exit4")) _exit(4);
+    if (!strcmp(mode, "abort")) abort();
+    if (!strcmp(mode, "segv")) raise(SIGSEGV);
+    if (!strcmp(mode, "pause")) for (;;) pause();
+    if (!strcmp(mode, "exec")) {
+        execl("/bin/true", "true", (char *)0);
+        return 99;
+    }
+    if (!strcmp(mode, "fork")) {
+        pid_t kids[3];
+        for (int i = 0; i < 3; i++) {
+            kids[i] = fork();
+            if (kids[i] == 0) {
+                calls(1000);
+                exit(0);
+            }
+        }
+        for (int i = 0; i < 3; i++) waitpid(kids[i], NULL, 0);
+        return 0;
+    }
+    if (!strcmp(mode, "threads")) {
+        int n = argc > 2 ? atoi(argv[2]) : 2000;
+        long before = rss_kb();
+        for (int i = 0; i < n; i += 8) {
+            pthread_t t[8];
+            for (int j = 0; j < 8; j++)
+                pthread_create(&t[j], NULL, (i + j) % 2 ? exiter : worker, NULL);
+            for (int j = 0; j < 8; j++) pthread_join(t[j], NULL);
+        }
+        printf("rss %ld %ld\n", before, rss_kb());
+        return 0;
+    }
+    if (!strcmp(mode, "loop")) {
+        for (;;) {
+            calls(100);
+            usleep(1000);
+        }
+    }
+    return 0;
+}
