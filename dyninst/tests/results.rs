@@ -264,3 +264,30 @@ fn a_second_attach_is_refused_naming_the_first() {
     assert!(calls(&read(&out1), "leaf") > 0);
     assert!(!t.maps().contains("papirus-probe-results"));
 }
+
+#[test]
+fn per_thread_keeps_a_bounded_number_of_ended_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let (r, _) = run(dir.path(), &["threads", "2000"]);
+    let folded_by_default = r.threads.len();
+    let out = dir.path().join("per-thread.json");
+    let o = probe()
+        .args(["run", "--per-thread", "-f", "leaf,calls,worker,exiter", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .args(["threads", "2000"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = read(&out);
+    assert_eq!(calls(&r, "leaf"), 1000 + 2000 * 10);
+    let kept = r.threads.iter().filter(|t| t.ended).count();
+    let folded: u64 = r.threads.iter().map(|t| t.exited_threads).sum();
+    assert_eq!(kept as u64 + folded, 2000, "every ended thread kept or folded");
+    assert!(kept > 0 && kept <= 256, "{kept} ended threads kept");
+    eprintln!(
+        "threads in the report: {folded_by_default} folded (default), {} with --per-thread",
+        r.threads.len()
+    );
+}

@@ -85,6 +85,8 @@ pub mod hdr {
     pub const SLOT_MISSES: usize = 10;
     /// Forked children that found no free process record (not measured).
     pub const PROC_MISSES: usize = 11;
+    /// Threads that ended so far (numbers [`super::slot::ENDED`]).
+    pub const ENDED: usize = 16;
     /// The probe: 0 empty, 1 wallclock, 2 counters.
     pub const PROBE: usize = 12;
     /// Counter events read.
@@ -102,8 +104,15 @@ pub const SLOT_HEADER_WORDS: u64 = 32;
 pub mod slot {
     /// Sequence: odd while a hook writes the slot.
     pub const SEQ: usize = 0;
-    /// 0 free, 1 held by a live thread.
+    /// [`FREE`], [`LIVE`] (held by a running thread) or [`KEPT`] (an ended
+    /// thread's figures kept per thread on request).
     pub const STATE: usize = 1;
+    /// Slot state: free.
+    pub const FREE: u64 = 0;
+    /// Slot state: held by a running thread.
+    pub const LIVE: u64 = 1;
+    /// Slot state: an ended thread's figures, kept until the slot is needed.
+    pub const KEPT: u64 = 2;
     /// Kernel thread id.
     pub const TID: usize = 2;
     /// Index of the thread's process record.
@@ -122,6 +131,8 @@ pub mod slot {
     pub const NEVENTS: usize = 12;
     /// Errno of the counter group this thread could not open (0: none).
     pub const COUNTERS_ERRNO: usize = 13;
+    /// For a [`KEPT`] slot, the order its thread ended in (1, 2, …).
+    pub const ENDED: usize = 14;
     /// First word of the runtime's private words (addresses in the target
     /// that only the runtime uses; the tool never reads them).
     pub const PRIVATE: usize = 16;

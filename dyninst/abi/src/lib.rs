@@ -63,6 +63,10 @@ pub struct Session {
     pub processes: u64,
     /// The tool's process id (named to a second tool that tries to attach).
     pub tool_pid: u32,
+    /// Keep ended threads' figures per thread (up to half the slots, the
+    /// oldest folded first) instead of folding them at once.
+    #[serde(default)]
+    pub per_thread: bool,
 }
 
 impl Session {

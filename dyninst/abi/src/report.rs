@@ -70,9 +70,12 @@ pub struct ThreadReport {
     /// Process the thread belongs to.
     #[serde(default)]
     pub pid: u32,
-    /// 0 for a live thread; else how many exited threads these figures fold together.
+    /// 0 for one thread; else how many exited threads these figures fold together.
     #[serde(default)]
     pub exited_threads: u64,
+    /// This one thread has ended (its figures kept per thread on request).
+    #[serde(default)]
+    pub ended: bool,
     /// The figures were sampled while the thread kept writing them (each
     /// figure is whole, they may mix two moments).
     #[serde(default)]

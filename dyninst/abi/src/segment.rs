@@ -239,7 +239,7 @@ impl<'a> Segment<'a> {
                 continue;
             }
             let (words, torn) = self.copy(at, len);
-            if words[slot::STATE] == 0 {
+            if words[slot::STATE] == slot::FREE {
                 continue;
             }
             let p = usize::try_from(words[slot::PROC]).unwrap_or(usize::MAX);
@@ -253,6 +253,7 @@ impl<'a> Segment<'a> {
                 tid: words[slot::TID] as u32,
                 pid,
                 exited_threads: 0,
+                ended: words[slot::STATE] == slot::KEPT,
                 torn,
                 functions: self.functions(&words[g.slot_stats() as usize..g.slot_edges() as usize]),
                 callees: self.edges(&words[g.slot_edges() as usize..])?,
@@ -275,7 +276,7 @@ impl<'a> Segment<'a> {
         let mut out = Vec::new();
         for i in 0..g.slots {
             let at = g.slot_at(i);
-            if self.at(at + slot::STATE as u64) == 0 {
+            if self.at(at + slot::STATE as u64) != slot::LIVE {
                 continue;
             }
             let depth = self.at(at + slot::DEPTH as u64).min(g.depth);

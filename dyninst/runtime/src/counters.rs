@@ -29,22 +29,27 @@ pub(crate) static NEVENTS: AtomicUsize = AtomicUsize::new(0);
 /// Their names and attributes, fixed by the first set-up that names events.
 pub(crate) static EVENTS: OnceLock<(Vec<String>, Vec<EventAttr>)> = OnceLock::new();
 
-/// Saves the extended state, reads the counters into `t.cnow`, restores the
-/// state. A naked function, so the hooks call it directly (an exported or
-/// `global_asm!` symbol would be called through the GOT).
+/// Saves the extended state, runs ordinary code for thread `t` (`what`:
+/// [`READ`] the counters into `t.cnow`, or [`REGISTER`] the thread's exit
+/// handler, which calls into libc), restores the state. The hooks' one door
+/// to code that may use vector registers. A naked function, so the hooks
+/// call it directly (an exported or `global_asm!` symbol would be called
+/// through the GOT).
 #[unsafe(naked)]
-unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8) {
+unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8, what: u64) {
     core::arch::naked_asm!(
-        // rdi = thread, rsi = XSAVE area
+        // rdi = thread, rsi = XSAVE area, rdx = what
         "push rbx",
         "push r12",
         "push r13",
         "mov rbx, rdi",
         "mov r12, rsi",
+        "mov r13, rdx",
         "mov eax, -1",
         "mov edx, -1",
         "xsave64 [r12]",
         "mov rdi, rbx",
+        "mov rsi, r13",
         "call {inner}",
         "mov eax, -1",
         "mov edx, -1",
@@ -53,8 +58,36 @@ unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8) {
         "pop r12",
         "pop rbx",
         "ret",
-        inner = sym read_inner,
+        inner = sym cold_inner,
     )
+}
+
+/// [`counters_read`]: read the counters.
+const READ: u64 = 0;
+/// [`counters_read`]: register the thread's exit handler.
+const REGISTER: u64 = 1;
+
+extern "C" fn cold_inner(t: *const Thread, what: u64) {
+    match what {
+        READ => read_inner(t),
+        _ => crate::state::register_thread_exit(),
+    }
+}
+
+/// Registers the calling thread's exit handler behind a save of the
+/// extended state (libc may use vector registers the trampolines do not
+/// save). `false` when this CPU has no XSAVE (the slot is then never recycled).
+pub(crate) fn register_exit(t: &Thread) -> bool {
+    let own = t.xsave.get() as *mut u8;
+    let area = if own.is_null() { xsave_area() } else { Some(own) };
+    let Some(area) = area else { return false };
+    // SAFETY: `t` is the calling thread's slot and `area` a zeroed,
+    // page-aligned XSAVE area of this CPU's size.
+    unsafe { counters_read(t, area, REGISTER) };
+    if own.is_null() {
+        sys::munmap(area, xsave_len());
+    }
+    true
 }
 
 /// Address of the reader (for papirus' vector-state checks, which stop there).
@@ -66,7 +99,7 @@ pub fn reader() -> u64 {
 #[inline(always)]
 pub(crate) fn read(t: &Thread) {
     // SAFETY: `t` is the calling thread's tables and `xsave` its area (module docs).
-    unsafe { counters_read(t, t.xsave.get() as *mut u8) }
+    unsafe { counters_read(t, t.xsave.get() as *mut u8, READ) }
 }
 
 struct Reader {

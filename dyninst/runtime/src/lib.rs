@@ -112,6 +112,8 @@ pub fn init(capacity: u64, probe: Probe) {
             slots: LOCAL_SLOTS,
             processes: 16,
             tool_pid: std::process::id(),
+            // In-process users (tests, benches) look at their own threads.
+            per_thread: true,
         };
         if let Ok(fd) = setup(&s) {
             // This process maps it; nobody else needs the fd.

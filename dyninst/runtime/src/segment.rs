@@ -69,6 +69,8 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
     *STARTED.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), sys::rdtsc()));
     OWNER.store(u64::from(s.tool_pid), Ordering::Relaxed);
     state::PROCESS.store(0, Ordering::Relaxed);
+    state::FLAT.set(&g);
+    state::PER_THREAD.store(s.per_thread, Ordering::Relaxed);
     state::BASE.store(base, Ordering::Release);
     EPOCH.fetch_add(1, Ordering::AcqRel);
     crate::set_probe(s.probe);

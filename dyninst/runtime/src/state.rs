@@ -18,7 +18,7 @@
 //! interrupted hook uses them: re-entered hooks return after bumping a counter.
 #![allow(unsafe_code)]
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::cell::RefCell;
 
 use papirus_probe_abi::layout::{self, Geometry, entry, hdr, proc, slot, stat};
@@ -116,7 +116,9 @@ pub(crate) struct Thread {
     pub nevents: AtomicU64,
     /// Errno of a counter group the kernel refused.
     pub counters_errno: AtomicU64,
-    _public: [AtomicU64; 2],
+    /// Order in which a kept thread ended.
+    ended: AtomicU64,
+    _public: AtomicU64,
     // Private words: the runtime's own, in bytes from the slot or addresses in this process.
     nfuncs: AtomicU64,
     edge_mask: AtomicU64,
@@ -143,6 +145,7 @@ const _: () = {
     assert!(core::mem::offset_of!(Thread, cnow) == slot::CNOW * 8);
     assert!(core::mem::offset_of!(Thread, nevents) == slot::NEVENTS * 8);
     assert!(core::mem::offset_of!(Thread, counters_errno) == slot::COUNTERS_ERRNO * 8);
+    assert!(core::mem::offset_of!(Thread, ended) == slot::ENDED * 8);
     assert!(core::mem::offset_of!(Thread, nfuncs) == slot::PRIVATE * 8);
     assert!(size_of::<Stats>() == layout::STAT_WORDS as usize * 8);
     assert!(core::mem::offset_of!(Stats, calls) == stat::CALLS * 8);
@@ -174,6 +177,71 @@ pub(crate) static EPOCH: AtomicU64 = AtomicU64::new(0);
 pub(crate) static BASE: AtomicUsize = AtomicUsize::new(0);
 /// This process' record index (`u64::MAX`: none, a child that found no free record).
 pub(crate) static PROCESS: AtomicU64 = AtomicU64::new(0);
+/// Ended threads keep their slots (up to half of them) instead of folding at once.
+pub(crate) static PER_THREAD: AtomicBool = AtomicBool::new(false);
+/// A slot state private to the runtime: being folded by another thread.
+const FOLDING: u64 = 3;
+
+/// The session's geometry as plain words, written at set-up before [`BASE`]
+/// is published: what registration needs, without the (vector-copied,
+/// GOT-called) [`Geometry`] on a path the hooks reach.
+pub(crate) struct Flat {
+    pub funcs: AtomicU64,
+    pub edges: AtomicU64,
+    pub slots: AtomicU64,
+    pub slots_at: AtomicU64,
+    pub slot_words: AtomicU64,
+    pub procs: AtomicU64,
+    pub proc_words: AtomicU64,
+}
+
+pub(crate) static FLAT: Flat = Flat {
+    funcs: AtomicU64::new(0),
+    edges: AtomicU64::new(0),
+    slots: AtomicU64::new(0),
+    slots_at: AtomicU64::new(0),
+    slot_words: AtomicU64::new(0),
+    procs: AtomicU64::new(0),
+    proc_words: AtomicU64::new(0),
+};
+
+impl Flat {
+    /// Records `g` (set-up, before publishing the segment).
+    pub(crate) fn set(&self, g: &Geometry) {
+        self.funcs.set(g.funcs);
+        self.edges.set(g.edges);
+        self.slots.set(g.slots);
+        self.slots_at.set(g.slot_at(0));
+        self.slot_words.set(g.slot_words);
+        self.procs.set(g.procs);
+        self.proc_words.set(g.proc_words);
+    }
+}
+
+/// A word of the mapped segment at `base`.
+#[inline(always)]
+fn word_at(base: usize, i: u64) -> &'static AtomicU64 {
+    // SAFETY: callers pass positions inside the session's mapping at `base` (from FLAT).
+    unsafe { &*((base + i as usize * 8) as *const AtomicU64) }
+}
+
+/// Claims a free slot of the segment at `base` for thread `tid` of record `p`.
+fn claim(base: usize, p: u64, tid: u64) -> Option<&'static Thread> {
+    let (slots, at, words) = (FLAT.slots.get(), FLAT.slots_at.get(), FLAT.slot_words.get());
+    for i in 0..slots {
+        let w = word_at(base, at + i * words);
+        // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
+        let t = unsafe { &*(w as *const AtomicU64 as *const Thread) };
+        if t.state.compare_exchange(slot::FREE, slot::LIVE, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            t.init(p, tid);
+            let rec = layout::HEADER_WORDS + p * FLAT.proc_words.get();
+            word_at(base, rec + proc::THREADS as u64).fetch_add(1, Ordering::Relaxed);
+            return Some(t);
+        }
+    }
+    word_at(base, hdr::SLOT_MISSES as u64).fetch_add(1, Ordering::Relaxed);
+    None
+}
 
 /// The segment as words, for the runtime's cold paths.
 pub(crate) struct Seg {
@@ -209,9 +277,30 @@ impl Seg {
         unsafe { core::slice::from_raw_parts(self.base as *const AtomicU64, self.g.total_words as usize) }
     }
 
-    fn slot(&self, i: u64) -> &'static Thread {
-        // SAFETY: slot `i < slots` lies inside the mapping; Thread mirrors its header.
-        unsafe { &*((self.base + self.g.slot_at(i) as usize * 8) as *const Thread) }
+    /// Per-thread mode: while more than half the slots hold ended threads,
+    /// folds the one that ended first and frees its slot.
+    fn fold_oldest_kept(&self) {
+        loop {
+            let mut kept = 0;
+            let mut oldest: Option<(u64, &'static Thread)> = None;
+            for i in 0..self.g.slots {
+                let at = self.g.slot_at(i);
+                // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
+                let t = unsafe { &*(self.word(at) as *const AtomicU64 as *const Thread) };
+                if t.state.load(Ordering::Acquire) == slot::KEPT {
+                    kept += 1;
+                    let n = t.ended.get();
+                    if oldest.is_none_or(|(m, _)| n < m) {
+                        oldest = Some((n, t));
+                    }
+                }
+            }
+            let Some((_, t)) = oldest.filter(|_| kept > self.g.slots / 2) else { return };
+            if t.state.compare_exchange(slot::KEPT, FOLDING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                t.fold(self);
+                t.state.store(slot::FREE, Ordering::Release);
+            }
+        }
     }
 
     fn proc_word(&self, p: u64, w: usize) -> &'static AtomicU64 {
@@ -228,20 +317,6 @@ impl Seg {
         let at = self.g.proc_at(p) + self.g.proc_edges() + (i & (self.g.edges - 1)) * layout::EDGE_WORDS;
         // SAFETY: the index is masked to the table.
         unsafe { &*(self.word(at) as *const AtomicU64 as *const Edge) }
-    }
-
-    /// Claims a free slot for thread `tid` of record `p`.
-    fn claim(&self, p: u64, tid: u64) -> Option<&'static Thread> {
-        for i in 0..self.g.slots {
-            let t = self.slot(i);
-            if t.state.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
-                t.init(&self.g, p, tid);
-                self.proc_word(p, proc::THREADS).fetch_add(1, Ordering::Relaxed);
-                return Some(t);
-            }
-        }
-        self.word(hdr::SLOT_MISSES as u64).fetch_add(1, Ordering::Relaxed);
-        None
     }
 }
 
@@ -263,14 +338,14 @@ extern "C" fn register() -> Option<&'static Thread> {
     let epoch = EPOCH.load(Ordering::Acquire);
     // Until a slot is found, nested calls (malloc inside the registration) run unmeasured.
     sys::tls_set(0, epoch);
-    let seg = Seg::current()?;
+    let base = BASE.load(Ordering::Acquire);
     let p = PROCESS.load(Ordering::Relaxed);
-    if p >= seg.g.procs {
+    if base == 0 || p >= FLAT.procs.get() {
         return None;
     }
-    let t = seg.claim(p, u64::from(sys::gettid()))?;
+    let t = claim(base, p, u64::from(sys::gettid()))?;
     sys::tls_set(t as *const Thread as usize, epoch);
-    register_thread_exit(epoch);
+    crate::counters::register_exit(t);
     Some(t)
 }
 
@@ -284,7 +359,9 @@ unsafe extern "C" {
     static __dso_handle: u8;
 }
 
-fn register_thread_exit(epoch: u64) {
+/// Registers [`thread_exit`] for the calling thread and the current session.
+pub(crate) extern "C" fn register_thread_exit() {
+    let epoch = EPOCH.load(Ordering::Acquire);
     // SAFETY: registers a function of this library (never unloaded: the
     // registration itself pins it) with a plain integer argument.
     unsafe {
@@ -296,9 +373,9 @@ fn register_thread_exit(epoch: u64) {
     }
 }
 
-/// Runs when a thread ends (return from its start routine, `pthread_exit`,
-/// `exit` on the main thread): frames still open are closed as unwound,
-/// the figures folded into the process' exited-thread totals, the slot freed.
+/// Runs when a thread other than the main one ends (return from its start
+/// routine, `pthread_exit`): frames still open are closed as unwound, the
+/// figures folded into the process' exited-thread totals, the slot freed.
 unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
     let epoch = arg as usize as u64;
     let (p, e) = sys::tls_get();
@@ -307,6 +384,11 @@ unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
     }
     // SAFETY: as in `current`.
     let t = unsafe { &*(p as *const Thread) };
+    if t.tid.get() == u64::from(std::process::id()) {
+        // The main thread at exit(): the process ends, nothing to recycle, and
+        // atexit handlers may still call instrumented functions.
+        return;
+    }
     // A later instrumented call (another destructor) registers afresh.
     sys::tls_set(0, 0);
     let Some(seg) = Seg::current() else { return };
@@ -315,7 +397,11 @@ unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
 
 impl Thread {
     /// Prepares a freshly claimed slot (zero tables, as folding left them).
-    fn init(&self, g: &Geometry, p: u64, tid: u64) {
+    fn init(&self, p: u64, tid: u64) {
+        let (funcs, edges) = (FLAT.funcs.get(), FLAT.edges.get());
+        let stats = layout::SLOT_HEADER_WORDS;
+        let edges_at = stats + funcs * layout::STAT_WORDS;
+        let stack_at = edges_at + edges * layout::EDGE_WORDS;
         self.tid.set(tid);
         self.process.set(p);
         self.depth.set(0);
@@ -323,11 +409,12 @@ impl Thread {
         self.untimed.set(0);
         self.edge_overflow.set(0);
         self.counters_errno.set(0);
-        self.nfuncs.set(g.funcs);
-        self.edge_mask.set(g.edges - 1);
-        self.stats_at.set(g.slot_stats() * 8);
-        self.edges_at.set(g.slot_edges() * 8);
-        self.stack_at.set(g.slot_stack() * 8);
+        self.ended.set(0);
+        self.nfuncs.set(funcs);
+        self.edge_mask.set(edges - 1);
+        self.stats_at.set(stats * 8);
+        self.edges_at.set(edges_at * 8);
+        self.stack_at.set(stack_at * 8);
         let nevents = crate::counters::NEVENTS.load(Ordering::Acquire) as u64;
         let xsave = if nevents > 0 { crate::counters::xsave_area() } else { None };
         match xsave {
@@ -343,34 +430,50 @@ impl Thread {
         self.counters.set(0);
     }
 
-    /// Closes the thread's open frames as unwound, folds its figures into
-    /// its process record and frees the slot.
+    /// Closes the thread's open frames as unwound, then folds its figures
+    /// into its process record and frees the slot, or (per-thread mode)
+    /// keeps the slot and folds the oldest kept one beyond the bound.
     fn retire(&'static self, seg: &Seg) {
         let Some(g) = self.enter() else { return };
         let now = crate::hooks::now();
         while g.depth() > 0 {
             g.pop(now, 0, true);
         }
-        let p = self.process.get();
-        if p < seg.g.procs {
-            let lock = seg.proc_word(p, proc::LOCK);
-            while lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
-                core::hint::spin_loop();
-            }
-            let seq = seg.proc_word(p, proc::SEQ);
-            seq.store(seq.get().wrapping_add(1), Ordering::Relaxed);
-            fence(Ordering::Release);
-            self.fold_into(seg, p);
-            seg.proc_word(p, proc::EXITED_THREADS).add(1);
-            seg.proc_word(p, proc::REENTERED).add(self.reentered.get());
-            seg.proc_word(p, proc::UNTIMED).add(self.untimed.get());
-            seg.proc_word(p, proc::EDGE_OVERFLOW).add(self.edge_overflow.get());
-            seq.store(seq.get().wrapping_add(1), Ordering::Release);
-            lock.store(0, Ordering::Release);
-        }
         crate::counters::release(self);
         drop(g);
-        self.state.store(0, Ordering::Release);
+        if !PER_THREAD.load(Ordering::Relaxed) {
+            self.fold(seg);
+            self.state.store(slot::FREE, Ordering::Release);
+            return;
+        }
+        self.ended.set(seg.word(hdr::ENDED as u64).fetch_add(1, Ordering::Relaxed) + 1);
+        self.state.store(slot::KEPT, Ordering::Release);
+        seg.fold_oldest_kept();
+    }
+
+    /// Folds the figures into the process record (under its lock) and zeroes them.
+    fn fold(&self, seg: &Seg) {
+        let p = self.process.get();
+        if p >= seg.g.procs {
+            return;
+        }
+        let mine = &self.seq;
+        mine.store(mine.get().wrapping_add(1), Ordering::Relaxed);
+        let lock = seg.proc_word(p, proc::LOCK);
+        while lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            core::hint::spin_loop();
+        }
+        let seq = seg.proc_word(p, proc::SEQ);
+        seq.store(seq.get().wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.fold_into(seg, p);
+        seg.proc_word(p, proc::EXITED_THREADS).add(1);
+        seg.proc_word(p, proc::REENTERED).add(self.reentered.get());
+        seg.proc_word(p, proc::UNTIMED).add(self.untimed.get());
+        seg.proc_word(p, proc::EDGE_OVERFLOW).add(self.edge_overflow.get());
+        seq.store(seq.get().wrapping_add(1), Ordering::Release);
+        lock.store(0, Ordering::Release);
+        mine.store(mine.get().wrapping_add(1), Ordering::Release);
     }
 
     /// Adds every row and pair into record `p` and zeroes them here.
@@ -714,11 +817,11 @@ pub(crate) extern "C" fn after_fork_child() {
     if e != epoch || p == 0 {
         return;
     }
-    match seg.claim(rec, u64::from(sys::gettid())) {
+    match claim(seg.base, rec, u64::from(sys::gettid())) {
         Some(t) => {
             t.adopt(&frames);
             sys::tls_set(t as *const Thread as usize, epoch);
-            register_thread_exit(epoch);
+            register_thread_exit();
         }
         None if !frames.is_empty() => private_slot(&seg, &frames, epoch),
         None => {}
@@ -732,7 +835,7 @@ fn private_slot(seg: &Seg, frames: &[[u64; 2]], epoch: u64) {
     };
     // SAFETY: a fresh zeroed mapping of a slot's size; zero is valid for every word.
     let t = unsafe { &*(base as *const Thread) };
-    t.init(&seg.g, u64::MAX, u64::from(sys::gettid()));
+    t.init(u64::MAX, u64::from(sys::gettid()));
     t.adopt(frames);
     sys::tls_set(t as *const Thread as usize, epoch);
 }

@@ -37,6 +37,8 @@ pub struct AttachOptions {
     pub duration: Option<Duration>,
     /// The runtime library.
     pub runtime: PathBuf,
+    /// Keep ended threads' figures per thread (bounded) instead of folding them.
+    pub per_thread: bool,
 }
 
 /// Rounds of letting the target run while a thread is inside the runtime at detach.
@@ -66,7 +68,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
             _ => hooks.catch,
         };
     }
-    let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len())?;
+    let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
     let (installed, refused) = match patch_stopped(&mut p, &specs) {
         Ok(v) => v,
         Err(e) => {

@@ -60,6 +60,7 @@ impl Results {
         probe: Probe,
         events: &[String],
         functions: usize,
+        per_thread: bool,
     ) -> Result<Results, ProbeError> {
         let pid = p.pid();
         let blob = Session {
@@ -70,6 +71,7 @@ impl Results {
             slots: SLOTS,
             processes: PROCESSES,
             tool_pid: std::process::id(),
+            per_thread,
         }
         .to_bytes();
         let started = (Instant::now(), SystemTime::now(), papirus_substrate::arch::rdtsc());

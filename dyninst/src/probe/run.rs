@@ -45,6 +45,8 @@ pub struct RunOptions {
     pub args: Vec<OsString>,
     /// The runtime library.
     pub runtime: PathBuf,
+    /// Keep ended threads' figures per thread (bounded) instead of folding them.
+    pub per_thread: bool,
 }
 
 /// How a run went.
@@ -115,7 +117,7 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     })?;
     let inv = Inventory::of_process(pid)?;
     let (names, specs) = select(&inv, &opts.selection, &hooks, p.entry_point().ok())?;
-    let results = Results::start(p, &hooks, opts.probe, &opts.events, names.len())?;
+    let results = Results::start(p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
     let (installed, refused) = patch_stopped(p, &specs)?;
     Ok((names, results, installed.len(), refused))
 }

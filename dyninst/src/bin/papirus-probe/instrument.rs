@@ -26,6 +26,10 @@ pub struct ProbeArgs {
     /// Instrument this module (basename or path part) instead of the main program.
     #[arg(long, short, value_name = "M")]
     module: Option<String>,
+    /// Report ended threads one by one (at most half the thread tables, the
+    /// oldest folded first) instead of folded into one entry per process.
+    #[arg(long)]
+    per_thread: bool,
     /// Where the JSON report goes.
     #[arg(long, short, default_value = "papirus-probe.json")]
     output: PathBuf,
@@ -169,6 +173,7 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
         program: PathBuf::from(&args.command[0]),
         args: args.command[1..].to_vec(),
         runtime,
+        per_thread: args.probe.per_thread,
     };
     let s = probe::run(&opts)?;
     probe::print_summary(s.installed, &s.refused);
@@ -211,6 +216,7 @@ pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
         output: args.probe.output.clone(),
         duration,
         runtime,
+        per_thread: args.probe.per_thread,
     };
     let (installed, refused) = probe::attach(&opts, &STOP)?;
     probe::print_summary(installed, &refused);
