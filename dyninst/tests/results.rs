@@ -291,3 +291,73 @@ fn per_thread_keeps_a_bounded_number_of_ended_threads() {
         r.threads.len()
     );
 }
+
+fn rss_kb(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn attaches_to_a_thread_churning_target_stay_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(target()).arg("churn").stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let t = Looper(c);
+    std::thread::sleep(Duration::from_millis(300));
+    let start = rss_kb(t.pid());
+    for round in 0..3 {
+        let out = dir.path().join(format!("churn{round}.json"));
+        let o = probe()
+            .args(["attach", &t.pid().to_string(), "-f", "leaf,calls,worker,exiter", "--duration", "2", "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{stderr}");
+        let r = read(&out);
+        let size = std::fs::metadata(&out).unwrap().len();
+        let threads: u64 = r.threads.iter().map(|t| t.exited_threads.max(1)).sum();
+        let written = stderr.lines().find(|l| l.contains("report written")).unwrap_or("");
+        eprintln!(
+            "attach {round}: {threads} threads, report {size} bytes, RSS {} kB; {written}",
+            rss_kb(t.pid())
+        );
+        assert!(threads > 100, "the target made threads meanwhile");
+        assert!(size < 1 << 20, "report of {size} bytes");
+    }
+    let end = rss_kb(t.pid());
+    eprintln!("target RSS {start} kB before the attaches, {end} kB after");
+    assert!(end < start + (64 << 10), "RSS grew from {start} to {end} kB");
+}
+
+#[test]
+fn children_forked_during_attach_are_restored() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(target()).args(["forkloop", "4"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdout = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let pid = c.id() as i32;
+    std::thread::sleep(Duration::from_millis(300));
+    let out = dir.path().join("fork.json");
+    let o = attach(pid, &out, "1");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    let r = read(&out);
+    eprintln!(
+        "{} processes in the report; {}",
+        r.processes.len(),
+        stderr.lines().filter(|l| l.contains("child")).count()
+    );
+    assert!(r.processes.len() > 1, "children forked in the window are reported: {:?}", r.processes);
+    assert!(r.processes[1..].iter().all(|p| p.parent == pid as u32));
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(c.wait().unwrap().success());
+    assert!(rest.contains(" bad 0"), "every child computed its sums: {rest}");
+}

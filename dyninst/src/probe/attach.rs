@@ -6,7 +6,11 @@
 //! What stays in the target after detach: the runtime library (inert: no
 //! hooks reachable, no constructor, no atexit handler, no thread-exit work
 //! once the session ended) and the trampoline pages the patcher leaves,
-//! which no restored code jumps to. The results segment is unmapped.
+//! which no restored code jumps to (a thread that was inside one when the
+//! code was restored leaves it at its next instruction; the pages stay for
+//! the process' lifetime). The results segment is unmapped. Children the
+//! target forked during the window are held, restored the same way and
+//! released before the target itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,9 +51,22 @@ const LEAVE_ROUNDS: usize = 200;
 /// Placeholders for the hooks while selecting, before the runtime is loaded.
 const PLACEHOLDER: TargetHooks = TargetHooks { enter: 1, unwind_begin: 2, catch: 3, setup: 0, teardown: 0 };
 
+/// How an attach went.
+#[derive(Debug)]
+pub struct AttachSummary {
+    /// Functions patched.
+    pub installed: usize,
+    /// Functions refused, with reasons.
+    pub refused: Vec<Refused>,
+    /// Children forked during the window that were restored (their partial results are reported).
+    pub children: Vec<u32>,
+    /// How long reading the segment and writing the report took.
+    pub report_time: Duration,
+}
+
 /// Instruments process `pid` until the duration ends or `stop` is set, then
-/// writes the report and detaches. Returns (functions patched, refused).
-pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Refused>), ProbeError> {
+/// writes the report and detaches.
+pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
     crate::output::check_writable(&opts.output)?;
     let pid = opts.pid;
@@ -58,6 +75,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
     let inv = Inventory::of_process(pid)?;
     let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None)?;
     if TargetHooks::find(&p).is_err() {
+        super::results::settle(&mut p)?;
         p.inject(&opts.runtime)?;
     }
     let hooks = TargetHooks::find(&p)?;
@@ -84,18 +102,81 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut p = Process::attach(pid)?;
+    // Children forked meanwhile share the patched code and the segment: held first, so they fork no more.
+    let mut kids = Vec::new();
+    for (record, child) in children(&results, pid) {
+        match Process::attach(child as i32) {
+            Ok(c) => kids.push((record, child, c)),
+            Err(e) => eprintln!("papirus-probe: child {child} of pid {pid} not restored: {e}"),
+        }
+    }
+    let mut restored = Vec::new();
+    let mut failures = Vec::new();
+    for (record, child, mut c) in kids {
+        match restore(&mut c, installed.clone(), &results, record, &hooks) {
+            Ok(()) => restored.push(child),
+            Err(e) => failures.push(format!("child {child}: {e}")),
+        }
+    }
     unpatch_stopped(&mut p, installed)?;
     leave_runtime(&mut p)?;
-    restore_returns(&mut p, &results)?;
+    restore_returns(&mut p, &results, 0)?;
+    super::results::settle(&mut p)?;
+    let t0 = Instant::now();
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
-        if q == pid as u32 { "detached".to_string() } else { other_process_state(q) }
+        if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
     });
     // End the session whatever the report's fate: nothing of it may stay active.
     let ended = p.call(hooks.teardown, &[]);
     p.detach()?;
     ended?;
     write(&opts.output, &report?)?;
-    Ok((count, refused))
+    let report_time = t0.elapsed();
+    if !failures.is_empty() {
+        return Err(ProbeError::Setup {
+            pid,
+            reason: format!("forked children not restored: {}", failures.join("; ")),
+        });
+    }
+    Ok(AttachSummary { installed: count, refused, children: restored, report_time })
+}
+
+/// Children recorded in the segment (record index, pid) that still run our image.
+fn children(results: &Results, pid: i32) -> Vec<(u32, u32)> {
+    let Ok(seg) = results.segment() else { return Vec::new() };
+    let Ok(procs) = seg.sample() else { return Vec::new() };
+    procs
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, p)| p.pid != pid as u32 && still_ours(p.pid))
+        .map(|(i, p)| (i as u32, p.pid))
+        .collect()
+}
+
+/// Whether process `pid` still maps a results segment (it has not exec'd or ended).
+fn still_ours(pid: u32) -> bool {
+    crate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
+}
+
+/// The memfd's name as /proc/PID/maps shows it.
+const SEGMENT_NAME: &str = "memfd:papirus-probe-results";
+
+/// Restores a child forked during the window: its code, its hijacked
+/// returns, and its session ended; then lets it go.
+fn restore(
+    c: &mut Process,
+    installed: Vec<crate::patch::Installed>,
+    results: &Results,
+    record: u32,
+    hooks: &TargetHooks,
+) -> Result<(), ProbeError> {
+    unpatch_stopped(c, installed)?;
+    leave_runtime(c)?;
+    restore_returns(c, results, record)?;
+    super::results::settle(c)?;
+    c.call(hooks.teardown, &[])?;
+    Ok(())
 }
 
 /// Lets the process run a moment at a time until no thread is inside the
@@ -131,11 +212,12 @@ fn leave_runtime(p: &mut Process) -> Result<(), ProbeError> {
 }
 
 /// Puts back every return address the runtime replaced with its exit stub
-/// in this process (innermost first, so tail calls sharing a slot resolve).
-fn restore_returns(p: &mut Process, results: &Results) -> Result<(), ProbeError> {
+/// in the process of record `record` (innermost first, so tail calls
+/// sharing a slot resolve).
+fn restore_returns(p: &mut Process, results: &Results, record: u32) -> Result<(), ProbeError> {
     let seg = results.segment()?;
     let stub = seg.header(hdr::EXIT_STUB);
-    for f in seg.open_frames().into_iter().filter(|f| f.process == 0) {
+    for f in seg.open_frames().into_iter().filter(|f| f.process == record) {
         if p.read_u64(f.slot).ok() == Some(stub) {
             p.write_u64(f.slot, f.ret)?;
         }

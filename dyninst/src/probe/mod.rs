@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 pub use papirus_probe_abi::{Probe, Report};
 
-pub use attach::{AttachOptions, attach};
+pub use attach::{AttachOptions, AttachSummary, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
 pub use report::{SortKey, format_report};

@@ -31,6 +31,31 @@ pub(super) const SLOTS: u64 = 512;
 /// Process records: the target and up to this many minus one forked children.
 pub(super) const PROCESSES: u64 = 64;
 
+/// Rounds of letting the target run while its worker thread is inside a
+/// process-creating system call.
+const SETTLE_ROUNDS: usize = 200;
+
+/// Chooses a worker thread that is not stopped inside `clone`, `clone3`,
+/// `fork` or `vfork` (code run there would change the outcome of the system
+/// call it was making), letting the process run a moment at a time until
+/// one is.
+pub(super) fn settle(p: &mut Process) -> Result<(), ProbeError> {
+    const CREATING: [u64; 4] = [56, 57, 58, 435];
+    for _ in 0..SETTLE_ROUNDS {
+        for tid in p.threads() {
+            let ok = p.regs(tid).is_ok_and(|r| !CREATING.contains(&r.orig_rax));
+            if ok && p.set_worker(tid).is_ok() {
+                return Ok(());
+            }
+        }
+        p.run_for(std::time::Duration::from_millis(1))?;
+    }
+    Err(ProbeError::Setup {
+        pid: p.pid(),
+        reason: "every thread stayed inside a process-creating system call".into(),
+    })
+}
+
 /// The tool's read-only mapping of a target's results segment.
 #[derive(Debug)]
 pub(super) struct Results {
@@ -75,6 +100,7 @@ impl Results {
         }
         .to_bytes();
         let started = (Instant::now(), SystemTime::now(), papirus_substrate::arch::rdtsc());
+        settle(p)?;
         let page = p.mmap_anywhere(blob.len() as u64, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
         let r = p.write_memory(page, &blob).and_then(|()| p.call(hooks.setup, &[page, blob.len() as u64]));
         let unmapped = p.munmap(page, blob.len() as u64);

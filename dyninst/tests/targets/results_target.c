@@ -82,6 +82,39 @@ int main(int argc, char **argv) {
         printf("rss %ld %ld\n", before, rss_kb());
         return 0;
     }
+    if (!strcmp(mode, "forkloop")) {
+        /* Forks short-lived children for argv[2] seconds; each checks its own sums. */
+        int secs = argc > 2 ? atoi(argv[2]) : 4, ok = 0, bad = 0;
+        long want = calls(100) - calls(100);
+        for (int round = 0; round < secs * 20; round++) {
+            pid_t k = fork();
+            if (k == 0) {
+                for (int i = 0; i < 20; i++) {
+                    long a = calls(100), b = calls(100);
+                    if (a - b != want) _exit(3);
+                    usleep(5000);
+                }
+                _exit(0);
+            }
+            calls(100);
+            usleep(50000);
+            int st;
+            while ((k = waitpid(-1, &st, WNOHANG)) > 0) (WIFEXITED(st) && !WEXITSTATUS(st)) ? ok++ : bad++;
+        }
+        int st;
+        while (wait(&st) > 0) (WIFEXITED(st) && !WEXITSTATUS(st)) ? ok++ : bad++;
+        printf("children ok %d bad %d\n", ok, bad);
+        return 0;
+    }
+    if (!strcmp(mode, "churn")) {
+        /* Short threads forever, 8 at a time, ~400 a second. */
+        for (;;) {
+            pthread_t t[8];
+            for (int j = 0; j < 8; j++) pthread_create(&t[j], NULL, j % 2 ? exiter : worker, NULL);
+            for (int j = 0; j < 8; j++) pthread_join(t[j], NULL);
+            usleep(20000);
+        }
+    }
     if (!strcmp(mode, "loop")) {
         for (;;) {
             calls(100);

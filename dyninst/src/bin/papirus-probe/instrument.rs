@@ -218,9 +218,17 @@ pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
         runtime,
         per_thread: args.probe.per_thread,
     };
-    let (installed, refused) = probe::attach(&opts, &STOP)?;
-    probe::print_summary(installed, &refused);
-    eprintln!("papirus-probe: detached from pid {}; report in {}", args.pid, args.probe.output.display());
+    let s = probe::attach(&opts, &STOP)?;
+    probe::print_summary(s.installed, &s.refused);
+    for c in &s.children {
+        eprintln!("papirus-probe: restored child {c} forked during the measurement");
+    }
+    eprintln!(
+        "papirus-probe: detached from pid {}; report written in {:.1} ms to {}",
+        args.pid,
+        s.report_time.as_secs_f64() * 1e3,
+        args.probe.output.display()
+    );
     print_report(&args.probe.output, None, args.sort)?;
     print_prediction(costs, &args.probe.output)
 }
