@@ -361,3 +361,29 @@ fn children_forked_during_attach_are_restored() {
     assert!(c.wait().unwrap().success());
     assert!(rest.contains(" bad 0"), "every child computed its sums: {rest}");
 }
+
+#[test]
+fn calls_deeper_than_the_shadow_stack_are_counted_and_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("deep.json");
+    let o = probe()
+        .args(["run", "-f", "rec", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .arg("deep")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = read(&out);
+    let rec = r.total(r.id("rec").unwrap());
+    assert_eq!(rec.calls, 5001);
+    let untimed: u64 = r.threads.iter().map(|t| t.overflow).sum();
+    assert_eq!(untimed, 5001 - 4096);
+    assert_eq!(rec.exits, 4096);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains(&format!("{untimed} calls deeper than the shadow stack: counted, not timed")),
+        "{text}"
+    );
+}

@@ -81,13 +81,21 @@ pub fn format_report(r: &Report, thread: Option<u32>, sort: SortKey) -> String {
         writeln!(out, "papirus-probe report: pid {}, probe {}, {} threads", r.pid, r.probe, r.threads.len());
     let mut edges: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for t in r.threads.iter().filter(|t| thread.is_none_or(|n| n == t.tid)) {
-        let _ = writeln!(out, "\nthread {}", t.tid);
+        if t.exited_threads > 0 {
+            let _ = writeln!(out, "\n{} exited threads of pid {}", t.exited_threads, t.pid);
+        } else {
+            let _ = writeln!(out, "\nthread {}", t.tid);
+        }
         table(&mut out, r, &t.functions, sort);
-        if t.reentered + t.overflow + t.edge_overflow > 0 {
+        if t.overflow > 0 {
+            let _ =
+                writeln!(out, "  ({} calls deeper than the shadow stack: counted, not timed)", t.overflow);
+        }
+        if t.reentered + t.edge_overflow > 0 {
             let _ = writeln!(
                 out,
-                "  (uninstrumented: {} calls from signal handlers inside a hook, {} beyond the shadow-stack depth; {} caller pairs dropped)",
-                t.reentered, t.overflow, t.edge_overflow
+                "  (uninstrumented: {} calls from signal handlers inside a hook; {} caller pairs dropped)",
+                t.reentered, t.edge_overflow
             );
         }
         if let Some(e) = &t.counters_error {

@@ -21,6 +21,14 @@ __attribute__((noinline)) long calls(int n) {
     return s;
 }
 
+__attribute__((noinline)) long rec(int n) {
+    counter++;
+    if (!n) return 0;
+    long r = rec(n - 1);
+    __asm__ volatile("" : "+r"(r)); /* real recursion, not a loop */
+    return r + 1;
+}
+
 static long rss_kb(void) {
     char line[256];
     long kb = -1;
@@ -82,6 +90,7 @@ int main(int argc, char **argv) {
         printf("rss %ld %ld\n", before, rss_kb());
         return 0;
     }
+    if (!strcmp(mode, "deep")) return rec(5000) == 5000 ? 0 : 1;
     if (!strcmp(mode, "forkloop")) {
         /* Forks short-lived children for argv[2] seconds; each checks its own sums. */
         int secs = argc > 2 ? atoi(argv[2]) : 4, ok = 0, bad = 0;
