@@ -50,7 +50,7 @@ fn run(dir: &Path, args: &[&str]) -> (Report, String) {
     let out = dir.join("report.json");
     std::fs::write(&out, "stale").unwrap();
     let o = probe()
-        .args(["run", "-f", "leaf,calls,worker,exiter", "-o"])
+        .args(["run", "-f", "leaf,calls,worker,exiter,spawn_child", "-o"])
         .arg(&out)
         .arg("--")
         .arg(target())
@@ -120,6 +120,9 @@ fn forked_children_are_processes_of_their_own() {
     let (r, _) = run(dir.path(), &["fork"]);
     assert_eq!(calls(&r, "leaf"), 4 * 1000);
     assert_eq!(calls(&r, "calls"), 4);
+    // Called three times in the parent, returned from in the parent and in each child.
+    assert_eq!(calls(&r, "spawn_child"), 3);
+    assert_eq!(r.total(r.id("spawn_child").unwrap()).exits, 3);
     assert_eq!(r.processes.len(), 4, "{:?}", r.processes);
     for child in &r.processes[1..] {
         assert_eq!(child.parent, r.pid);
@@ -489,4 +492,28 @@ fn http_server_survives_ten_attaches_of_libpython() {
     assert_eq!(failed, 0);
     assert!(ok > 100);
     assert!(end * 10 <= after_first * 11, "RSS grew from {after_first} to {end} kB over nine cycles");
+}
+
+#[test]
+fn run_kills_what_it_cannot_instrument() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("static.c");
+    std::fs::write(&src, "int main(void) { for (;;) ; }\n").unwrap();
+    let exe = dir.path().join("static");
+    let built = Command::new("gcc").args(["-O2", "-static", "-o"]).arg(&exe).arg(&src).status().unwrap();
+    if !built.success() {
+        eprintln!("skipped: gcc cannot link a static program here (no static libc)");
+        return;
+    }
+    let out = dir.path().join("r.json");
+    for (program, extra) in [(exe.as_path(), vec!["-f", "main"]), (target(), vec!["-f", "no_such_function*"])]
+    {
+        let o = probe().arg("run").args(&extra).arg("-o").arg(&out).arg("--").arg(program).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success());
+        assert!(err.contains("was killed"), "{err}");
+        assert!(!out.exists(), "no report for a run that measured nothing");
+        let pid: i32 = err.split("(pid ").nth(1).and_then(|s| s.split(')').next()).unwrap().parse().unwrap();
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} left running");
+    }
 }

@@ -29,6 +29,14 @@ __attribute__((noinline)) long rec(int n) {
     return r + 1;
 }
 
+/* Forks from inside an instrumented function: the child returns through
+ * the frame the runtime hijacked in the parent. */
+__attribute__((noinline)) pid_t spawn_child(void) {
+    pid_t k = fork();
+    __asm__ volatile("" ::: "memory");
+    return k;
+}
+
 static long rss_kb(void) {
     char line[256];
     long kb = -1;
@@ -69,7 +77,7 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "fork")) {
         pid_t kids[3];
         for (int i = 0; i < 3; i++) {
-            kids[i] = fork();
+            kids[i] = spawn_child();
             if (kids[i] == 0) {
                 calls(1000);
                 exit(0);
