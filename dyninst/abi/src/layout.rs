@@ -91,8 +91,6 @@ pub mod hdr {
     pub const PROBE: usize = 12;
     /// Counter events read.
     pub const NEVENTS: usize = 13;
-    /// The target's address of its mapping (for the tool to unmap it at detach).
-    pub const MAPPED_AT: usize = 14;
     /// The exit stub's address in the target (hijacked return addresses hold it).
     pub const EXIT_STUB: usize = 15;
 }

@@ -57,7 +57,6 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
             hdr::NEVENTS,
             counters::NEVENTS.load(Ordering::Acquire) as u64 * u64::from(s.probe == Probe::Counters),
         ),
-        (hdr::MAPPED_AT, base as u64),
         (hdr::EXIT_STUB, crate::hooks::exit_stub()),
     ] {
         seg_words(i, v);

@@ -61,8 +61,6 @@ pub(super) fn settle(p: &mut Process) -> Result<(), ProbeError> {
 pub(super) struct Results {
     addr: usize,
     words: usize,
-    /// Where the target maps it (for teardown checks).
-    pub(super) target_addr: u64,
     started: (Instant, SystemTime, u64),
 }
 
@@ -117,12 +115,15 @@ impl Results {
         let mapped = Self::map(pid, fd);
         // The target keeps only its mapping, whatever happened here.
         let closed = p.syscall(libc::SYS_close, &[fd as u64]);
-        let results = mapped?;
+        let mut results = mapped?;
         closed?;
-        let mut results = results;
         results.started = started;
         let seg = results.segment()?;
-        results.target_addr = seg.header(hdr::MAPPED_AT);
+        // The geometry asked for, not one the target chose: it bounds every copy the tool makes.
+        let g = seg.geometry();
+        if (g.funcs, g.slots, g.procs) != (functions as u64, SLOTS, PROCESSES) {
+            return Err(ProbeError::BadSegment { pid, reason: "its geometry is not the session's".into() });
+        }
         Ok(results)
     }
 
@@ -173,7 +174,6 @@ impl Results {
         let r = Results {
             addr: addr as usize,
             words: (len / 8) as usize,
-            target_addr: 0,
             started: (Instant::now(), SystemTime::now(), 0),
         };
         r.segment()?;
