@@ -517,3 +517,18 @@ fn run_kills_what_it_cannot_instrument() {
         assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} left running");
     }
 }
+
+#[test]
+fn a_target_ending_during_attach_still_gets_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(target()).args(["forkloop", "1"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let out = dir.path().join("ended.json");
+    let o = attach(c.id() as i32, &out, "30");
+    let _ = c.wait();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r = read(&out);
+    assert_eq!(r.processes[0].ended, "ended during the measurement");
+    assert!(calls(&r, "leaf") > 0);
+}

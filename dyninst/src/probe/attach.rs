@@ -98,10 +98,32 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;
     let start = Instant::now();
-    while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) {
+    while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut p = Process::attach(pid)?;
+    let mut p = match Process::attach(pid) {
+        Ok(p) => p,
+        // Ended meanwhile: its results are still in our mapping of the segment.
+        Err(e) if gone(pid) => {
+            let t0 = Instant::now();
+            let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
+                if q == pid as u32 {
+                    "ended during the measurement".to_string()
+                } else {
+                    other_process_state(q)
+                }
+            })?;
+            write(&opts.output, &report)?;
+            eprintln!("papirus-probe: pid {pid} ended during the measurement ({e})");
+            return Ok(AttachSummary {
+                installed: count,
+                refused,
+                children: Vec::new(),
+                report_time: t0.elapsed(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
     // Children forked meanwhile share the patched code and the segment: held first, so they fork no more.
     let mut kids = Vec::new();
     for (record, child) in children(&results, pid) {
@@ -139,6 +161,14 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         });
     }
     Ok(AttachSummary { installed: count, refused, children: restored, report_time })
+}
+
+/// Whether process `pid` has ended (gone or a zombie).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
 }
 
 /// Children recorded in the segment (record index, pid) that still run our image.
