@@ -391,4 +391,25 @@ mod tests {
         w[hdr::MAGIC].store(1, Ordering::Relaxed);
         assert_eq!(Segment::new(&w).unwrap_err(), SegmentError::Magic);
     }
+
+    #[test]
+    fn random_words_never_panic() {
+        let g = Geometry::new(5, 256, 8, 4, 3).unwrap();
+        let w = segment(g);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for round in 0..200 {
+            for a in w.iter().skip(layout::HEADER_WORDS as usize) {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Mostly small values, so states, ids and depths hit their edges.
+                a.store(if round % 2 == 0 { x % 4 } else { x }, Ordering::Relaxed);
+            }
+            w[hdr::NEXT_PROC].store(x % 8, Ordering::Relaxed);
+            w[hdr::NEVENTS].store(x % 9, Ordering::Relaxed);
+            let seg = Segment::new(&w).unwrap();
+            let _ = seg.sample();
+            assert!(seg.open_frames().len() as u64 <= g.slots * g.depth);
+        }
+    }
 }
