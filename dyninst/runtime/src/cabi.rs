@@ -39,3 +39,44 @@ pub unsafe extern "C" fn papirus_probe_setup(blob: *const u8, len: usize) -> i64
 pub extern "C" fn papirus_probe_teardown() -> i64 {
     crate::teardown()
 }
+
+/// In-process use (papirus' calibration loads the library and patches its
+/// own functions): sets this process up with `capacity` function ids and
+/// probe `probe` (0 empty, 1 wallclock, 2 counters). Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_local_init(capacity: u64, probe: u32) -> i64 {
+    crate::init(capacity, probe_of(probe));
+    0
+}
+
+/// In-process use: switches the probe for calls from now on (as [`crate::set_probe`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_set_probe(probe: u32) {
+    crate::set_probe(probe_of(probe));
+}
+
+/// In-process use: the counters probe's events, `len` bytes of
+/// comma-separated names at `names` (as [`crate::set_events`]). Returns 0 or -1.
+///
+/// # Safety
+///
+/// `names` must point to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn papirus_probe_set_events(names: *const u8, len: usize) -> i64 {
+    if names.is_null() || len > SESSION_MAX_BYTES {
+        return -1;
+    }
+    // SAFETY: the caller passes `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(names, len) };
+    let Ok(text) = std::str::from_utf8(bytes) else { return -1 };
+    let list: Vec<&str> = text.split(',').collect();
+    std::panic::catch_unwind(|| crate::set_events(&list).map_or(-1, |()| 0)).unwrap_or(-1)
+}
+
+fn probe_of(v: u32) -> crate::Probe {
+    match v {
+        0 => crate::Probe::Empty,
+        2 => crate::Probe::Counters,
+        _ => crate::Probe::Wallclock,
+    }
+}

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use papirus_probe_runtime::{FunctionReport, Report};
+use papirus_probe_abi::{FunctionReport, Report};
 
 /// Column a profile is sorted by (descending).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -128,7 +128,7 @@ pub fn format_report(r: &Report, thread: Option<u32>, sort: SortKey) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use papirus_probe_runtime::{EdgeReport, FORMAT_VERSION, ThreadReport};
+    use papirus_probe_abi::{EdgeReport, FORMAT_VERSION, ThreadReport};
 
     #[test]
     fn table_sorts_filters_and_names_pairs() {
