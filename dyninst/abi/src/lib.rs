@@ -54,9 +54,10 @@ pub struct Session {
     pub probe: Probe,
     /// Instrumented functions; ids are `0..functions`.
     pub functions: u64,
-    /// Counter events of the counters probe (perf or PAPI names).
+    /// Counter events of the counters probe, resolved by the tool (the
+    /// runtime reads no sysfs file to open them).
     #[serde(default)]
-    pub events: Vec<String>,
+    pub events: Vec<EventSpec>,
     /// Thread tables in the segment: threads alive at once that can be measured.
     pub slots: u64,
     /// Process records: the target and the children it forks.
@@ -86,6 +87,34 @@ impl Session {
         }
         Ok(s)
     }
+}
+
+/// A counter event as perf_event_open takes it, resolved from its name by the tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSpec {
+    /// The name (for messages and the report).
+    pub name: String,
+    /// papirus-substrate's kind: 0 hardware, 1 software, 2 tracepoint, 3 breakpoint, 4 dynamic PMU.
+    pub kind: u8,
+    /// PMU type.
+    pub type_: u32,
+    /// `config`.
+    pub config: u64,
+    /// `config1` (for a uprobe, the kernel's pointer to `uprobe_path` is set by the runtime).
+    pub config1: u64,
+    /// `config2`.
+    pub config2: u64,
+    /// Breakpoint type.
+    pub bp_type: u32,
+    /// Count user code.
+    pub user: bool,
+    /// Count kernel code.
+    pub kernel: bool,
+    /// Count the hypervisor.
+    pub hypervisor: bool,
+    /// A uprobe's file.
+    #[serde(default)]
+    pub uprobe_path: Option<Vec<u8>>,
 }
 
 /// Why `papirus_probe_setup` failed: its negative return value.

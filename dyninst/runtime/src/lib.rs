@@ -147,6 +147,49 @@ pub fn set_events<S: AsRef<str>>(names: &[S]) -> Result<(), Error> {
             .map_err(|e| Error::Event { name: n.clone(), reason: e.to_string() })?;
         attrs.push(a);
     }
+    fix_events(names, attrs)
+}
+
+/// Chooses the counters probe's events from attributes the tool resolved
+/// (as [`set_events`], without reading any file).
+pub fn set_event_specs(specs: &[papirus_probe_abi::EventSpec]) -> Result<(), Error> {
+    use papirus_substrate::{Domain, EventAttr, Kind};
+    if specs.is_empty() || specs.len() > state::MAX_EVENTS {
+        return Err(Error::Event {
+            name: String::new(),
+            reason: format!("give 1 to {} events", state::MAX_EVENTS),
+        });
+    }
+    let mut attrs = Vec::new();
+    for e in specs {
+        let kind = match e.kind {
+            0 => Kind::Hardware,
+            1 => Kind::Software,
+            2 => Kind::Tracepoint,
+            3 => Kind::Breakpoint,
+            _ => Kind::Dynamic,
+        };
+        let mut a = EventAttr::new(e.name.clone(), kind, e.type_, e.config);
+        a.config1(e.config1).config2(e.config2).bp_type(e.bp_type).domain(Domain {
+            user: e.user,
+            kernel: e.kernel,
+            hypervisor: e.hypervisor,
+        });
+        if let Some(path) = &e.uprobe_path {
+            let path = std::ffi::CString::new(path.clone()).map_err(|_| Error::Event {
+                name: e.name.clone(),
+                reason: "a NUL in the uprobe path".into(),
+            })?;
+            a.uprobe_path(path);
+        }
+        attrs.push(a);
+    }
+    let names: Vec<String> = specs.iter().map(|e| e.name.clone()).collect();
+    fix_events(names, attrs)
+}
+
+fn fix_events(names: Vec<String>, attrs: Vec<papirus_substrate::EventAttr>) -> Result<(), Error> {
+    let n = names.len();
     let (fixed, _) = counters::EVENTS.get_or_init(|| (names.clone(), attrs));
     if *fixed != names {
         return Err(Error::Event {
@@ -154,8 +197,8 @@ pub fn set_events<S: AsRef<str>>(names: &[S]) -> Result<(), Error> {
             reason: format!("this process already reads {}", fixed.join(",")),
         });
     }
-    counters::NEVENTS.store(names.len(), Ordering::Release);
-    segment::set_nevents_word(names.len() as u64);
+    counters::NEVENTS.store(n, Ordering::Release);
+    segment::set_nevents_word(n as u64);
     Ok(())
 }
 

@@ -32,7 +32,7 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
     }
     let g = Geometry::new(s.functions, Geometry::edges_for(s.functions), state::DEPTH, s.slots, s.processes)
         .ok_or(SetupCode::Geometry as i64)?;
-    if s.probe == Probe::Counters && crate::set_events(&s.events).is_err() {
+    if s.probe == Probe::Counters && crate::set_event_specs(&s.events).is_err() {
         return Err(SetupCode::Events as i64);
     }
     let bytes = g.total_words as usize * 8;

@@ -21,7 +21,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::mman::ProtFlags;
 use papirus_probe_abi::layout::{self, hdr};
 use papirus_probe_abi::segment::{Segment, flatten};
-use papirus_probe_abi::{Probe, Report, SESSION_VERSION, Session, SetupCode, Window};
+use papirus_probe_abi::{EventSpec, Probe, Report, SESSION_VERSION, Session, SetupCode, Window};
 
 use super::{ProbeError, TargetHooks};
 use crate::process::Process;
@@ -54,6 +54,38 @@ pub(super) fn settle(p: &mut Process) -> Result<(), ProbeError> {
         pid: p.pid(),
         reason: "every thread stayed inside a process-creating system call".into(),
     })
+}
+
+/// Resolves event names here, so the runtime opens them without reading sysfs.
+fn event_specs(events: &[String]) -> Result<Vec<EventSpec>, ProbeError> {
+    use papirus_substrate::Kind;
+    events
+        .iter()
+        .map(|name| {
+            let a = papirus_substrate::parse_event(name)
+                .map_err(|e| ProbeError::Events(format!("event {name}: {e}")))?;
+            let d = a.domain_value();
+            Ok(EventSpec {
+                name: name.clone(),
+                kind: match a.kind() {
+                    Kind::Hardware => 0,
+                    Kind::Software => 1,
+                    Kind::Tracepoint => 2,
+                    Kind::Breakpoint => 3,
+                    Kind::Dynamic => 4,
+                },
+                type_: a.type_(),
+                config: a.config_value(),
+                config1: a.config1_value(),
+                config2: a.config2_value(),
+                bp_type: a.bp_type_value(),
+                user: d.user,
+                kernel: d.kernel,
+                hypervisor: d.hypervisor,
+                uprobe_path: a.uprobe_path_value().map(|p| p.as_bytes().to_vec()),
+            })
+        })
+        .collect()
 }
 
 /// The tool's read-only mapping of a target's results segment.
@@ -90,7 +122,7 @@ impl Results {
             version: SESSION_VERSION,
             probe,
             functions: functions as u64,
-            events: events.to_vec(),
+            events: event_specs(events)?,
             slots: SLOTS,
             processes: PROCESSES,
             tool_pid: std::process::id(),
