@@ -1,10 +1,13 @@
 //! The C ABI of the runtime: the entry points the tool calls inside the
-//! stopped target. Nothing runs when the library is loaded.
+//! stopped target (set-up, teardown), and those a process that loads the
+//! library to patch its own functions calls (papirus' calibration). Nothing
+//! runs when the library is loaded.
 //!
 //! # Safety
 //!
 //! `papirus_probe_setup` reads `len` bytes at `blob`, memory the tool wrote
-//! into the target; it never writes there.
+//! into the target, and `papirus_probe_set_events` `len` bytes at `names`;
+//! neither writes there.
 #![allow(unsafe_code)]
 
 use papirus_probe_abi::{SESSION_MAX_BYTES, Session, SetupCode};
