@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::results::{Results, other_process_state, write};
+use super::results::{Results, maps_segment, other_process_state, write};
 use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
@@ -179,18 +179,10 @@ fn children(results: &Results, pid: i32) -> Vec<(u32, u32)> {
         .iter()
         .enumerate()
         .skip(1)
-        .filter(|(_, p)| p.pid != pid as u32 && still_ours(p.pid))
+        .filter(|(_, p)| p.pid != pid as u32 && maps_segment(p.pid))
         .map(|(i, p)| (i as u32, p.pid))
         .collect()
 }
-
-/// Whether process `pid` still maps a results segment (it has not exec'd or ended).
-fn still_ours(pid: u32) -> bool {
-    crate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
-}
-
-/// The memfd's name as /proc/PID/maps shows it.
-const SEGMENT_NAME: &str = "memfd:papirus-probe-results";
 
 /// Restores a child forked during the window: its code, its hijacked
 /// returns, and its session ended; then lets it go.

@@ -269,6 +269,24 @@ impl Results {
     }
 }
 
+/// The memfd's name as /proc/PID/maps shows it.
+const SEGMENT_NAME: &str = "memfd:papirus-probe-results";
+
+/// Whether process `pid` maps a results segment (it has neither exec'd nor ended).
+pub(super) fn maps_segment(pid: u32) -> bool {
+    crate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
+}
+
+/// Whether process `pid` is gone, a zombie, or on its way out (PF_EXITING).
+pub(super) fn ending(pid: i32) -> bool {
+    const PF_EXITING: u64 = 0x4;
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
+    let Some((_, rest)) = stat.rsplit_once(") ") else { return true };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    rest.starts_with(['Z', 'X']) || flags & PF_EXITING != 0
+}
+
 /// How a process other than the one we wait for ended: it is not our child,
 /// so only whether it still runs is known.
 pub(super) fn other_process_state(pid: u32) -> String {

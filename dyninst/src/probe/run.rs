@@ -21,7 +21,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::results::{Results, other_process_state, write};
+use super::results::{Results, ending, maps_segment, other_process_state, write};
 use super::{ProbeError, Selection, TargetHooks, patch_stopped, select};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
@@ -127,7 +127,9 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
 fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
     let target = Pid::from_raw(pid);
     let traced = ptrace::seize(target, ptrace::Options::PTRACE_O_TRACEEXEC).is_ok();
-    let mut exec = false;
+    // An exec between the detach and the seize left no event: its image no
+    // longer maps the segment (an exiting process unmaps it too: told apart by PF_EXITING).
+    let mut exec = traced && !maps_segment(pid as u32) && !ending(pid);
     loop {
         let status = match waitpid(target, Some(WaitPidFlag::__WALL)) {
             Ok(s) => s,
@@ -152,7 +154,7 @@ fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
                 // SAFETY: PTRACE_LISTEN on our own tracee in a group stop.
                 unsafe { libc::ptrace(libc::PTRACE_LISTEN, pid, 0, 0) };
             }
-            WaitStatus::Stopped(_, sig) if traced && !exec => {
+            WaitStatus::Stopped(_, sig) if traced => {
                 let _ = ptrace::cont(target, sig);
             }
             _ => {}
