@@ -37,13 +37,14 @@ const SETTLE_ROUNDS: usize = 200;
 
 /// Chooses a worker thread that is not stopped inside `clone`, `clone3`,
 /// `fork` or `vfork` (code run there would change the outcome of the system
-/// call it was making), letting the process run a moment at a time until
-/// one is.
+/// call it was making; a new thread's side, which returns 0, is done),
+/// letting the process run a moment at a time until one is.
 pub(super) fn settle(p: &mut Process) -> Result<(), ProbeError> {
     const CREATING: [u64; 4] = [56, 57, 58, 435];
     for _ in 0..SETTLE_ROUNDS {
         for tid in p.threads() {
-            let ok = p.regs(tid).is_ok_and(|r| !CREATING.contains(&r.orig_rax));
+            // A new thread's side of clone (rax 0) has finished its system call.
+            let ok = p.regs(tid).is_ok_and(|r| !CREATING.contains(&r.orig_rax) || r.rax == 0);
             if ok && p.set_worker(tid).is_ok() {
                 return Ok(());
             }
@@ -275,16 +276,6 @@ const SEGMENT_NAME: &str = "memfd:papirus-probe-results";
 /// Whether process `pid` maps a results segment (it has neither exec'd nor ended).
 pub(super) fn maps_segment(pid: u32) -> bool {
     crate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
-}
-
-/// Whether process `pid` is gone, a zombie, or on its way out (PF_EXITING).
-pub(super) fn ending(pid: i32) -> bool {
-    const PF_EXITING: u64 = 0x4;
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return true };
-    let Some((_, rest)) = stat.rsplit_once(") ") else { return true };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    rest.starts_with(['Z', 'X']) || flags & PF_EXITING != 0
 }
 
 /// How a process other than the one we wait for ended: it is not our child,

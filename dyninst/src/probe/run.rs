@@ -3,10 +3,11 @@
 //! point, let it run, and write the report from the results segment however
 //! it ends (exit, `_exit`, a fatal signal, SIGKILL from outside, `execve`).
 //!
-//! While it runs, the tool follows only the main thread with ptrace for its
+//! While it runs, the tool keeps only the main thread traced, for its
 //! `execve` event (the runtime's tables vanish from an image that execs, so
-//! the measurement of that process ends there); every signal that stops it
-//! is passed on at once.
+//! the measurement of that process ends there; the hold passes from patching
+//! to following without a detach, so no exec goes unseen); every signal that
+//! stops it is passed on at once.
 //!
 //! # Safety
 //!
@@ -21,7 +22,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::results::{Results, ending, maps_segment, other_process_state, write};
+use super::results::{Results, other_process_state, write};
 use super::{ProbeError, Selection, TargetHooks, patch_stopped, select};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
@@ -86,7 +87,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
             return Err(ProbeError::Killed { pid, reason: e.to_string() });
         }
     };
-    p.detach()?;
+    p.resume_following(ptrace::Options::PTRACE_O_TRACEEXEC)?;
     let (exit, exec) = follow(pid)?;
     let ended = |p: u32| {
         if p == pid as u32 {
@@ -122,14 +123,12 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     Ok((names, results, installed.len(), refused))
 }
 
-/// Waits for the detached program to end, following its main thread for
-/// `execve`; returns how it ended and whether it exec'd.
+/// Waits for the program to end, its main thread still traced for
+/// `execve` (and nothing else); returns how it ended and whether it exec'd.
 fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
     let target = Pid::from_raw(pid);
-    let traced = ptrace::seize(target, ptrace::Options::PTRACE_O_TRACEEXEC).is_ok();
-    // An exec between the detach and the seize left no event: its image no
-    // longer maps the segment (an exiting process unmaps it too: told apart by PF_EXITING).
-    let mut exec = traced && !maps_segment(pid as u32) && !ending(pid);
+    let mut exec = false;
+    let mut traced = true;
     loop {
         let status = match waitpid(target, Some(WaitPidFlag::__WALL)) {
             Ok(s) => s,
@@ -147,7 +146,7 @@ fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
             WaitStatus::Signaled(_, sig, _) => return Ok((Exit::Signal(sig as i32), exec)),
             WaitStatus::PtraceEvent(_, _, ev) if ev == libc::PTRACE_EVENT_EXEC => {
                 exec = true;
-                let _ = ptrace::detach(target, None);
+                traced = ptrace::detach(target, None).is_err();
             }
             // A group stop (SIGSTOP and friends) under PTRACE_SEIZE: stay stopped until SIGCONT.
             WaitStatus::PtraceEvent(..) if traced => {
