@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use criterion::Criterion;
 use papirus_dyninst::probe::cost::{Body, Drive, Target, Tiny, cpu_time, ns_per_call};
-use papirus_probe_runtime as rt;
+use papirus_probe_abi::Probe;
 
 fn bench(c: &mut Criterion, name: &str, drive: Drive, f: Tiny) {
     c.bench_function(name, |b| {
@@ -45,10 +45,10 @@ fn main() {
         }
     };
     bench(&mut c, "call/trampoline+empty", drive, tiny);
-    rt::set_probe(rt::Probe::Wallclock);
+    patched.set_probe(Probe::Wallclock);
     bench(&mut c, "call/trampoline+wallclock", drive, tiny);
     if counters {
-        rt::set_probe(rt::Probe::Counters);
+        patched.set_probe(Probe::Counters);
         bench(&mut c, "call/trampoline+counters(task-clock)", drive, tiny);
     }
 
@@ -66,15 +66,15 @@ fn main() {
     }
 
     // A summary from one more pass, so every ratio comes from this run.
-    rt::set_probe(rt::Probe::Empty);
+    patched.set_probe(Probe::Empty);
     let n = 1_000_000;
     let base = ns_per_call(drive, tiny_ref, n, 7);
     let empty = ns_per_call(drive, tiny, n, 7);
-    rt::set_probe(rt::Probe::Wallclock);
+    patched.set_probe(Probe::Wallclock);
     let wall = ns_per_call(drive, tiny, n, 7);
-    rt::set_probe(rt::Probe::Counters);
+    patched.set_probe(Probe::Counters);
     let cnt = counters.then(|| ns_per_call(drive, tiny, n / 10, 7));
-    rt::set_probe(rt::Probe::Wallclock);
+    patched.set_probe(Probe::Wallclock);
     println!("\nper call, thread CPU time (best of 7 × {n} calls):");
     println!("  uninstrumented             {base:8.2} ns");
     println!(

@@ -718,8 +718,15 @@ mod tool {
         assert!(plain.status.success());
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(json);
         let _ = std::fs::remove_file(&out);
-        let probed =
-            probe().arg("run").args(opts).arg("-o").arg(&out).arg("--").arg(program).output().unwrap();
+        let probed = probe()
+            .args(["run", "--per-thread"])
+            .args(opts)
+            .arg("-o")
+            .arg(&out)
+            .arg("--")
+            .arg(program)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&probed.stderr);
         assert!(probed.status.success(), "{stderr}");
         let stdout = String::from_utf8_lossy(&probed.stdout);

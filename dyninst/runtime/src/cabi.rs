@@ -1,76 +1,85 @@
-//! The C ABI of the runtime: the set-up and flush entry points the tool calls
-//! inside the target, and the constructor that reads a session file named by
-//! the environment.
+//! The C ABI of the runtime: the entry points the tool calls inside the
+//! stopped target (set-up, teardown), and those a process that loads the
+//! library to patch its own functions calls (papirus' calibration). Nothing
+//! runs when the library is loaded.
 //!
 //! # Safety
 //!
-//! The constructor sits in `.init_array` and only registers an `atexit`
-//! handler; `papirus_probe_flush` takes no arguments; `papirus_probe_setup`
-//! reads the NUL-terminated path the tool wrote into the target.
+//! `papirus_probe_setup` reads `len` bytes at `blob`, memory the tool wrote
+//! into the target, and `papirus_probe_set_events` `len` bytes at `names`;
+//! neither writes there.
 #![allow(unsafe_code)]
 
-use std::path::PathBuf;
+use papirus_probe_abi::{SESSION_MAX_BYTES, Session, SetupCode};
 
-/// Writes the report now (the tool calls it before detaching). Returns 0, or
-/// -1 when the report cannot be written (the reason goes to stderr).
-#[unsafe(no_mangle)]
-pub extern "C" fn papirus_probe_flush() -> i32 {
-    match crate::flush() {
-        Ok(_) => 0,
-        Err(e) => {
-            eprintln!("papirus-probe-runtime: {e}");
-            -1
-        }
-    }
-}
-
-/// Sets the runtime up from the session file at `path` (a NUL-terminated
-/// string) and registers the report for exit. Returns 0, or -1 with the
-/// reason on stderr. The tool calls it inside the target.
+/// Starts a session from the [`Session`] blob at `blob` (`len` bytes).
+/// Returns the results segment's memfd (≥ 0) or a negative
+/// [`SetupCode`] (`-(ACTIVE_BASE + pid)` when tool `pid` holds a session).
 ///
 /// # Safety
 ///
-/// `path` must point to a NUL-terminated string.
+/// `blob` must point to `len` readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn papirus_probe_setup(path: *const std::ffi::c_char) -> i32 {
-    // SAFETY: the caller passes a NUL-terminated string.
-    let path = unsafe { std::ffi::CStr::from_ptr(path) };
-    let path = PathBuf::from(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path.to_bytes()));
-    setup_and_register(&path)
+pub unsafe extern "C" fn papirus_probe_setup(blob: *const u8, len: usize) -> i64 {
+    if blob.is_null() || len > SESSION_MAX_BYTES {
+        return SetupCode::BadSession as i64;
+    }
+    // SAFETY: the caller passes `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(blob, len) };
+    // A panic must not unwind into the tool's remote call frame.
+    std::panic::catch_unwind(|| match Session::from_bytes(bytes) {
+        Ok(s) => match crate::setup(&s) {
+            Ok(fd) => i64::from(fd),
+            Err(code) => code,
+        },
+        Err(code) => code as i64,
+    })
+    .unwrap_or(SetupCode::BadSession as i64)
 }
 
-fn setup_and_register(path: &std::path::Path) -> i32 {
-    match crate::setup_from(path) {
-        Ok(_) => {
-            // SAFETY: registers a plain function that lives as long as the library.
-            unsafe { atexit(flush_at_exit) };
-            0
-        }
-        Err(e) => {
-            eprintln!("papirus-probe-runtime: {e}");
-            -1
-        }
+/// Ends the session and unmaps the results segment (see [`crate::teardown`]). Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_teardown() -> i64 {
+    crate::teardown()
+}
+
+/// In-process use (papirus' calibration loads the library and patches its
+/// own functions): sets this process up with `capacity` function ids and
+/// probe `probe` (0 empty, 1 wallclock, 2 counters). Returns 0.
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_local_init(capacity: u64, probe: u32) -> i64 {
+    crate::init(capacity, probe_of(probe));
+    0
+}
+
+/// In-process use: switches the probe for calls from now on (as [`crate::set_probe`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_set_probe(probe: u32) {
+    crate::set_probe(probe_of(probe));
+}
+
+/// In-process use: the counters probe's events, `len` bytes of
+/// comma-separated names at `names` (as [`crate::set_events`]). Returns 0 or -1.
+///
+/// # Safety
+///
+/// `names` must point to `len` readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn papirus_probe_set_events(names: *const u8, len: usize) -> i64 {
+    if names.is_null() || len > SESSION_MAX_BYTES {
+        return -1;
+    }
+    // SAFETY: the caller passes `len` readable bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(names, len) };
+    let Ok(text) = std::str::from_utf8(bytes) else { return -1 };
+    let list: Vec<&str> = text.split(',').collect();
+    std::panic::catch_unwind(|| crate::set_events(&list).map_or(-1, |()| 0)).unwrap_or(-1)
+}
+
+fn probe_of(v: u32) -> crate::Probe {
+    match v {
+        0 => crate::Probe::Empty,
+        2 => crate::Probe::Counters,
+        _ => crate::Probe::Wallclock,
     }
 }
-
-extern "C" fn flush_at_exit() {
-    papirus_probe_flush();
-}
-
-unsafe extern "C" {
-    fn atexit(f: extern "C" fn()) -> i32;
-}
-
-extern "C" fn constructor() {
-    let path = match std::env::var_os("PAPIRUS_PROBE_SESSION") {
-        Some(p) => PathBuf::from(p),
-        None => crate::injected_session_path(std::process::id()),
-    };
-    if path.exists() {
-        setup_and_register(&path);
-    }
-}
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static CONSTRUCTOR: extern "C" fn() = constructor;

@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicUsize;
 
 use papirus_substrate::{EventAttr, Target, fastread::MappedGroup};
 
-use crate::state::{MAX_EVENTS, Thread};
+use crate::state::{MAX_EVENTS, Thread, Word};
 use crate::sys;
 
 /// Events the counters probe reads on threads registered from now on.
@@ -29,22 +29,27 @@ pub(crate) static NEVENTS: AtomicUsize = AtomicUsize::new(0);
 /// Their names and attributes, fixed by the first set-up that names events.
 pub(crate) static EVENTS: OnceLock<(Vec<String>, Vec<EventAttr>)> = OnceLock::new();
 
-/// Saves the extended state, reads the counters into `t.cnow`, restores the
-/// state. A naked function, so the hooks call it directly (an exported or
-/// `global_asm!` symbol would be called through the GOT).
+/// Saves the extended state, runs ordinary code for thread `t` (`what`:
+/// [`READ`] the counters into `t.cnow`, or [`REGISTER`] the thread's exit
+/// handler, which calls into libc), restores the state. The hooks' one door
+/// to code that may use vector registers. A naked function, so the hooks
+/// call it directly (an exported or `global_asm!` symbol would be called
+/// through the GOT).
 #[unsafe(naked)]
-unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8) {
+unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8, what: u64) {
     core::arch::naked_asm!(
-        // rdi = thread, rsi = XSAVE area
+        // rdi = thread, rsi = XSAVE area, rdx = what
         "push rbx",
         "push r12",
         "push r13",
         "mov rbx, rdi",
         "mov r12, rsi",
+        "mov r13, rdx",
         "mov eax, -1",
         "mov edx, -1",
         "xsave64 [r12]",
         "mov rdi, rbx",
+        "mov rsi, r13",
         "call {inner}",
         "mov eax, -1",
         "mov edx, -1",
@@ -53,8 +58,36 @@ unsafe extern "C" fn counters_read(t: *const Thread, area: *mut u8) {
         "pop r12",
         "pop rbx",
         "ret",
-        inner = sym read_inner,
+        inner = sym cold_inner,
     )
+}
+
+/// [`counters_read`]: read the counters.
+const READ: u64 = 0;
+/// [`counters_read`]: register the thread's exit handler.
+const REGISTER: u64 = 1;
+
+extern "C" fn cold_inner(t: *const Thread, what: u64) {
+    match what {
+        READ => read_inner(t),
+        _ => crate::state::register_thread_exit(),
+    }
+}
+
+/// Registers the calling thread's exit handler behind a save of the
+/// extended state (libc may use vector registers the trampolines do not
+/// save). `false` when this CPU has no XSAVE (the slot is then never recycled).
+pub(crate) fn register_exit(t: &Thread) -> bool {
+    let own = t.xsave.get() as *mut u8;
+    let area = if own.is_null() { xsave_area() } else { Some(own) };
+    let Some(area) = area else { return false };
+    // SAFETY: `t` is the calling thread's slot and `area` a zeroed,
+    // page-aligned XSAVE area of this CPU's size.
+    unsafe { counters_read(t, area, REGISTER) };
+    if own.is_null() {
+        sys::munmap(area, xsave_len());
+    }
+    true
 }
 
 /// Address of the reader (for papirus' vector-state checks, which stop there).
@@ -66,22 +99,28 @@ pub fn reader() -> u64 {
 #[inline(always)]
 pub(crate) fn read(t: &Thread) {
     // SAFETY: `t` is the calling thread's tables and `xsave` its area (module docs).
-    unsafe { counters_read(t, t.xsave) }
+    unsafe { counters_read(t, t.xsave.get() as *mut u8, READ) }
 }
 
 struct Reader {
     group: Option<MappedGroup>,
-    /// Why the group could not be opened (the kernel's reason).
-    error: Option<String>,
     scratch: Vec<papirus_substrate::Count>,
 }
 
-/// Why a thread reads no counters, when its group could not be opened.
-pub(crate) fn error_of(t: &Thread) -> Option<String> {
-    let p = t.counters.get() as *const Reader;
-    // SAFETY: a non-null pointer is the thread's leaked reader, never freed;
-    // `error` is written before the pointer is published.
-    unsafe { p.as_ref() }.and_then(|r| r.error.clone())
+/// Frees a retiring thread's reader and XSAVE area (on its own thread).
+pub(crate) fn release(t: &Thread) {
+    let p = t.counters.get() as *mut Reader;
+    t.counters.set(0);
+    if !p.is_null() {
+        // SAFETY: the pointer came from Box::into_raw on this thread and is cleared above.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    let area = t.xsave.get() as *mut u8;
+    t.xsave.set(0);
+    t.nevents.set(0);
+    if !area.is_null() {
+        sys::munmap(area, xsave_len());
+    }
 }
 
 extern "C" fn read_inner(t: *const Thread) {
@@ -98,18 +137,21 @@ extern "C" fn read_inner(t: *const Thread) {
                 reason: "no events were set up".into(),
             }),
         };
-        let (group, error) = match opened {
-            Ok(g) => (Some(g), None),
-            Err(e) => (None, Some(e.to_string())),
+        let group = match opened {
+            Ok(g) => Some(g),
+            Err(e) => {
+                t.counters_errno.set(e.errno().map_or(u64::MAX, |n| n.0 as u64));
+                None
+            }
         };
-        p = Box::into_raw(Box::new(Reader { group, error, scratch: Vec::with_capacity(MAX_EVENTS) }));
+        p = Box::into_raw(Box::new(Reader { group, scratch: Vec::with_capacity(MAX_EVENTS) }));
         t.counters.set(p as u64);
     }
     // SAFETY: the reader state belongs to this thread alone.
     let r = unsafe { &mut *p };
     let Some(g) = &r.group else { return };
     if g.read_into(&mut r.scratch).is_ok() {
-        for (w, c) in t.cnow.iter().zip(&r.scratch).take(t.nevents as usize) {
+        for (w, c) in t.cnow.iter().zip(&r.scratch).take(t.nevents.get() as usize) {
             w.set(c.estimate().unwrap_or(0));
         }
     }
@@ -122,7 +164,12 @@ pub(crate) fn xsave_area() -> Option<*mut u8> {
     if leaf1.ecx & (1 << 27) == 0 {
         return None;
     }
-    // Leaf 0xD exists when OSXSAVE is set.
+    sys::mmap_zeroed(xsave_len())
+}
+
+/// Bytes of an XSAVE area for this CPU, whole pages.
+fn xsave_len() -> usize {
+    // Leaf 0xD exists when OSXSAVE is set (checked before any area exists).
     let size = core::arch::x86_64::__cpuid_count(0xd, 0).ebx as usize;
-    sys::mmap_zeroed(size.max(4096).next_multiple_of(4096))
+    size.max(4096).next_multiple_of(4096)
 }

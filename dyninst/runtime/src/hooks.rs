@@ -30,7 +30,8 @@
 use core::arch::global_asm;
 use core::sync::atomic::{AtomicBool, Ordering};
 
-use crate::{state, sys};
+use crate::state::{self, Word};
+use crate::sys;
 
 /// Whether activations are timed (wallclock and counters probes) or only counted (empty probe).
 pub(crate) static TIMED: AtomicBool = AtomicBool::new(true);
@@ -41,16 +42,19 @@ pub(crate) static COUNTERS: AtomicBool = AtomicBool::new(false);
 /// and this thread has a reader; returns how many events were read.
 #[inline(always)]
 fn read_counters(t: &state::Thread) -> usize {
-    if COUNTERS.load(Ordering::Relaxed) && t.nevents > 0 {
-        crate::counters::read(t);
-        t.nevents as usize
-    } else {
-        0
+    if !COUNTERS.load(Ordering::Relaxed) {
+        return 0;
     }
+    let n = t.nevents.get();
+    if n > 0 {
+        crate::counters::read(t);
+    }
+    n as usize
 }
 
+/// A timestamp when the probe takes them, else 0.
 #[inline(always)]
-fn now() -> u64 {
+pub(crate) fn now() -> u64 {
     if TIMED.load(Ordering::Relaxed) { sys::rdtsc() } else { 0 }
 }
 

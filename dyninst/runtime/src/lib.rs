@@ -10,24 +10,31 @@
 //! tests disassemble the hooks to prove they touch nothing else). The
 //! counters probe is the exception: it reads papirus-substrate counter groups
 //! per thread, behind an XSAVE/XRSTOR of the whole extended state
-//! ([`counters`]). The cold path (set-up, reports) is ordinary Rust.
+//! ([`counters`]). The cold path (set-up, thread exit, fork) is ordinary Rust.
 //!
-//! # Set-up
+//! # Set-up and results
 //!
-//! A program gets its function names and options from a session file (JSON,
-//! [`Session`]): papirus-probe writes one and calls
-//! [`cabi::papirus_probe_setup`] inside the stopped target (each `attach`
-//! starts a new session); the library constructor also reads one named by
-//! `PAPIRUS_PROBE_SESSION` or found at `/tmp/papirus-probe-session-<pid>.json`.
-//! The report is written at exit (atexit) and by [`cabi::papirus_probe_flush`]
-//! (a forked child writes `<output>.<pid>`).
+//! The library does nothing when loaded: no constructor, no `atexit`, no
+//! file. The tool calls [`cabi::papirus_probe_setup`] inside the stopped
+//! target with a [`Session`] blob it wrote into the target's memory; the
+//! runtime creates the results segment (a sealed memfd,
+//! [`papirus_probe_abi::layout`]) and lays every thread's tables in it. The
+//! tool maps the same memfd and writes every report itself. At detach the
+//! tool calls [`cabi::papirus_probe_teardown`], which unmaps the segment.
+//!
+//! A thread's slot is recycled when the thread ends (a thread-local
+//! destructor registered on its first instrumented call): its open frames are
+//! closed as unwound, its figures folded into its process' exited-thread
+//! totals. A forked child takes a process record and a slot of its own
+//! (`pthread_atfork`), keeping the forking thread's open frames.
 //!
 //! # Caveats
 //!
 //! - Inclusive time of a tail caller includes its tail callee (they share a
 //!   return address); the callee's time is excluded from the caller's
 //!   exclusive time.
-//! - Reports of threads still running are read without stopping them.
+//! - Threads still running are sampled without stopping them (see the
+//!   layout's ordering rules).
 //! - The counters probe's events are fixed by the first set-up that names
 //!   them; threads that made their first instrumented call before that read
 //!   no counters.
@@ -42,60 +49,21 @@
 pub mod cabi;
 pub mod counters;
 pub mod hooks;
-pub mod report;
+mod segment;
 mod state;
 mod sys;
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+pub use papirus_probe_abi::{
+    EdgeReport, FORMAT_VERSION, FunctionReport, Probe, ProcessReport, Report, Session, SetupCode,
+    ThreadReport, Window,
+};
+pub use segment::{setup, teardown};
 
-pub use report::{EdgeReport, FORMAT_VERSION, FunctionReport, Report, ThreadReport};
-
-/// What the hooks measure.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Probe {
-    /// Counts calls and tracks returns, takes no timestamps (the probe's own cost floor).
-    Empty,
-    /// Real time from the TSC.
-    Wallclock,
-    /// Real time plus counter events ([`set_events`]), read per thread.
-    Counters,
-}
-
-impl Probe {
-    /// The probe's name in reports and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            Probe::Empty => "empty",
-            Probe::Wallclock => "wallclock",
-            Probe::Counters => "counters",
-        }
-    }
-}
-
-/// A session file: what the tool tells the runtime inside the target.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Session {
-    /// [`FORMAT_VERSION`] of the writer.
-    pub format_version: u32,
-    /// The probe.
-    pub probe: Probe,
-    /// Instrumented function names; ids are indices.
-    pub functions: Vec<String>,
-    /// Counter events of the counters probe (perf or PAPI names papirus-substrate parses).
-    #[serde(default)]
-    pub events: Vec<String>,
-    /// Where the report goes at exit and at [`cabi::papirus_probe_flush`].
-    pub output: PathBuf,
-}
-
-/// Set-up and report errors.
+/// Set-up errors of the in-process API.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -109,22 +77,9 @@ pub enum Error {
         /// Functions registered so far plus the new ones.
         requested: u64,
     },
-    /// [`register_functions`] before [`init`].
-    #[error("the probe runtime is not set up: call init first")]
-    NotInitialised,
-    /// No output path configured.
-    #[error("no report path was configured for this process")]
-    NoOutput,
-    /// Reading a session file or writing a report failed.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// [`register_functions`] before [`init`], or the segment could not be made.
+    #[error("the probe runtime is not set up: {0}")]
+    NotInitialised(&'static str),
     /// A counter event that cannot be used.
     #[error("counter event {name}: {reason}")]
     Event {
@@ -133,38 +88,38 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// A malformed session file.
-    #[error("session file {path}: {source}")]
-    Session {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong in it.
-        source: serde_json::Error,
-    },
 }
 
-struct Global {
-    names: Vec<String>,
-    output: Option<PathBuf>,
-    started: Option<(Instant, u64)>,
-    /// The process that was set up; a forked child writes beside its report.
-    pid: u32,
+/// Names registered in this process (the in-process API; in a target, names stay in the tool).
+static NAMES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn names() -> std::sync::MutexGuard<'static, Vec<String>> {
+    NAMES.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-static GLOBAL: Mutex<Global> = Mutex::new(Global { names: Vec::new(), output: None, started: None, pid: 0 });
+/// Thread tables of an in-process session.
+const LOCAL_SLOTS: u64 = 256;
 
-fn global() -> std::sync::MutexGuard<'static, Global> {
-    GLOBAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Sets the number of functions each thread's table holds (first call wins;
-/// later calls keep it) and the probe.
+/// Sets this process up for in-process patching with `capacity` function
+/// ids (first call wins; later calls keep the segment) and the probe.
 pub fn init(capacity: u64, probe: Probe) {
-    let mut g = global();
-    if g.started.is_none() {
-        g.started = Some((Instant::now(), sys::rdtsc()));
+    if state::Seg::current().is_none() {
+        let s = Session {
+            version: papirus_probe_abi::SESSION_VERSION,
+            probe,
+            functions: capacity.max(1),
+            events: Vec::new(),
+            slots: LOCAL_SLOTS,
+            processes: 16,
+            tool_pid: std::process::id(),
+            // In-process users (tests, benches) look at their own threads.
+            per_thread: true,
+        };
+        if let Ok(fd) = setup(&s) {
+            // This process maps it; nobody else needs the fd.
+            segment::close(fd);
+        }
     }
-    let _ = state::CAPACITY.compare_exchange(0, capacity.max(1), Ordering::AcqRel, Ordering::Acquire);
     set_probe(probe);
 }
 
@@ -172,6 +127,7 @@ pub fn init(capacity: u64, probe: Probe) {
 pub fn set_probe(probe: Probe) {
     hooks::TIMED.store(probe != Probe::Empty, Ordering::Relaxed);
     hooks::COUNTERS.store(probe == Probe::Counters, Ordering::Relaxed);
+    segment::set_probe_word(probe);
 }
 
 /// Chooses the counters probe's events (at most 4; the first call that names
@@ -191,6 +147,49 @@ pub fn set_events<S: AsRef<str>>(names: &[S]) -> Result<(), Error> {
             .map_err(|e| Error::Event { name: n.clone(), reason: e.to_string() })?;
         attrs.push(a);
     }
+    fix_events(names, attrs)
+}
+
+/// Chooses the counters probe's events from attributes the tool resolved
+/// (as [`set_events`], without reading any file).
+pub fn set_event_specs(specs: &[papirus_probe_abi::EventSpec]) -> Result<(), Error> {
+    use papirus_substrate::{Domain, EventAttr, Kind};
+    if specs.is_empty() || specs.len() > state::MAX_EVENTS {
+        return Err(Error::Event {
+            name: String::new(),
+            reason: format!("give 1 to {} events", state::MAX_EVENTS),
+        });
+    }
+    let mut attrs = Vec::new();
+    for e in specs {
+        let kind = match e.kind {
+            0 => Kind::Hardware,
+            1 => Kind::Software,
+            2 => Kind::Tracepoint,
+            3 => Kind::Breakpoint,
+            _ => Kind::Dynamic,
+        };
+        let mut a = EventAttr::new(e.name.clone(), kind, e.type_, e.config);
+        a.config1(e.config1).config2(e.config2).bp_type(e.bp_type).domain(Domain {
+            user: e.user,
+            kernel: e.kernel,
+            hypervisor: e.hypervisor,
+        });
+        if let Some(path) = &e.uprobe_path {
+            let path = std::ffi::CString::new(path.clone()).map_err(|_| Error::Event {
+                name: e.name.clone(),
+                reason: "a NUL in the uprobe path".into(),
+            })?;
+            a.uprobe_path(path);
+        }
+        attrs.push(a);
+    }
+    let names: Vec<String> = specs.iter().map(|e| e.name.clone()).collect();
+    fix_events(names, attrs)
+}
+
+fn fix_events(names: Vec<String>, attrs: Vec<papirus_substrate::EventAttr>) -> Result<(), Error> {
+    let n = names.len();
     let (fixed, _) = counters::EVENTS.get_or_init(|| (names.clone(), attrs));
     if *fixed != names {
         return Err(Error::Event {
@@ -198,50 +197,23 @@ pub fn set_events<S: AsRef<str>>(names: &[S]) -> Result<(), Error> {
             reason: format!("this process already reads {}", fixed.join(",")),
         });
     }
-    counters::NEVENTS.store(names.len(), Ordering::Release);
+    counters::NEVENTS.store(n, Ordering::Release);
+    segment::set_nevents_word(n as u64);
     Ok(())
 }
 
-/// Adds functions to the current session; returns their ids.
-pub fn register_functions<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Error> {
-    let capacity = state::CAPACITY.load(Ordering::Acquire);
-    if capacity == 0 {
-        return Err(Error::NotInitialised);
-    }
-    let mut g = global();
-    let first = g.names.len() as u64;
-    let requested = first + names.len() as u64;
+/// Adds functions to this process' in-process session; returns their ids.
+pub fn register_functions<S: AsRef<str>>(new: &[S]) -> Result<Range<u32>, Error> {
+    let seg = state::Seg::current().ok_or(Error::NotInitialised("call init first"))?;
+    let capacity = seg.g.funcs;
+    let mut g = names();
+    let first = g.len() as u64;
+    let requested = first + new.len() as u64;
     if requested > capacity {
         return Err(Error::Capacity { capacity, requested });
     }
-    g.names.extend(names.iter().map(|n| n.as_ref().to_string()));
-    state::FUNCS.store(requested, Ordering::Relaxed);
-    state::ROWS.fetch_max(requested, Ordering::Relaxed);
+    g.extend(new.iter().map(|n| n.as_ref().to_string()));
     Ok(first as u32..requested as u32)
-}
-
-/// Starts a new session with these functions (ids from 0): every thread's
-/// figures start again from zero, and the report shows only this session.
-pub fn new_session<S: AsRef<str>>(names: &[S]) -> Result<Range<u32>, Error> {
-    {
-        let mut g = global();
-        g.names.clear();
-        g.started = Some((Instant::now(), sys::rdtsc()));
-    }
-    state::EPOCH.fetch_add(1, Ordering::AcqRel);
-    register_functions(names)
-}
-
-/// Functions a session file may name at most (statistics rows per thread;
-/// mapped lazily, so unused rows cost address space only).
-pub const SESSION_CAPACITY: u64 = 1 << 16;
-
-/// Sets where [`flush`] writes (a forked child of this process writes to
-/// `PATH.<child pid>` instead).
-pub fn set_output(path: &Path) {
-    let mut g = global();
-    g.output = Some(path.to_path_buf());
-    g.pid = std::process::id();
 }
 
 /// Addresses of the hooks in this process, for the in-process patcher.
@@ -270,131 +242,9 @@ pub fn hooks() -> Hooks {
     }
 }
 
-/// Shortest interval the TSC rate is measured over.
-const RATE_WINDOW: Duration = Duration::from_millis(20);
-
-/// The results so far, of every thread (exited ones included).
+/// The results so far of this process' in-process session, every live
+/// thread and the folded exited ones (an empty report before [`init`]).
 pub fn snapshot() -> Report {
-    let g = global();
-    let timed = hooks::TIMED.load(Ordering::Relaxed);
-    // The substrate's TSC rate (kernel conversion, CPUID, hypervisor or its
-    // own calibration); when it does not use the TSC, the rate measured over
-    // this run against CLOCK_MONOTONIC.
-    let ticks_per_second = match (timed, papirus_substrate::clock::clock().tsc_hz(), g.started) {
-        (false, ..) => 0.0,
-        (true, Some(hz), _) => hz,
-        (true, None, Some((t0, c0))) => {
-            while t0.elapsed() < RATE_WINDOW {
-                std::hint::spin_loop();
-            }
-            let (c1, dt) = (sys::rdtsc(), t0.elapsed());
-            c1.saturating_sub(c0) as f64 / dt.as_secs_f64()
-        }
-        (true, None, None) => 0.0,
-    };
-    let epoch = state::EPOCH.load(Ordering::Acquire);
-    let events: Vec<String> = match (hooks::COUNTERS.load(Ordering::Relaxed), counters::EVENTS.get()) {
-        (true, Some((names, _))) => names.clone(),
-        _ => Vec::new(),
-    };
-    let threads = state::threads()
-        .filter(|t| t.epoch.get() == epoch)
-        .map(|t| {
-            let functions = (0..t.nfuncs.min(g.names.len() as u64))
-                .filter_map(|i| {
-                    let s = t.stats(i);
-                    let nev = events.len();
-                    (s.calls.get() > 0).then(|| FunctionReport {
-                        counters_incl: s.cincl.iter().take(nev).map(|w| w.get()).collect(),
-                        counters_excl: s.cexcl.iter().take(nev).map(|w| w.get()).collect(),
-                        id: i as u32,
-                        calls: s.calls.get(),
-                        exits: s.exits.get(),
-                        unwound: s.unwound.get(),
-                        incl_ticks: s.incl.get(),
-                        excl_ticks: s.excl.get(),
-                        min_ticks: s.min.get(),
-                        max_ticks: s.max.get(),
-                    })
-                })
-                .collect();
-            let callees = (0..=t.edge_mask)
-                .map(|i| t.edge(i))
-                .filter(|e| e.key.get() != 0)
-                .map(|e| EdgeReport {
-                    caller: ((e.key.get() >> 32) - 1) as u32,
-                    callee: e.key.get() as u32,
-                    calls: e.calls.get(),
-                    incl_ticks: e.incl.get(),
-                })
-                .collect();
-            ThreadReport {
-                tid: t.tid as u32,
-                functions,
-                callees,
-                open: t.depth.get(),
-                reentered: t.reentered.get(),
-                overflow: t.overflow.get(),
-                edge_overflow: t.edge_overflow.get(),
-                counters_error: counters::error_of(t),
-            }
-        })
-        .collect();
-    Report {
-        format_version: FORMAT_VERSION,
-        probe: if !events.is_empty() {
-            Probe::Counters
-        } else if timed {
-            Probe::Wallclock
-        } else {
-            Probe::Empty
-        }
-        .name()
-        .to_string(),
-        events,
-        pid: std::process::id(),
-        ticks_per_second,
-        functions: g.names.clone(),
-        threads,
-    }
-}
-
-/// Writes the report to the configured path.
-pub fn flush() -> Result<PathBuf, Error> {
-    let (path, pid) = {
-        let g = global();
-        (g.output.clone().ok_or(Error::NoOutput)?, g.pid)
-    };
-    let me = std::process::id();
-    let path = if me == pid { path } else { PathBuf::from(format!("{}.{me}", path.display())) };
-    let text = serde_json::to_string_pretty(&snapshot()).expect("reports serialise");
-    std::fs::write(&path, text).map_err(|source| Error::Io {
-        op: "write report",
-        path: path.clone(),
-        source,
-    })?;
-    Ok(path)
-}
-
-/// Reads a session file and sets the runtime up from it.
-pub fn setup_from(path: &Path) -> Result<Session, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        op: "read session",
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let s: Session =
-        serde_json::from_str(&text).map_err(|source| Error::Session { path: path.to_path_buf(), source })?;
-    if s.probe == Probe::Counters {
-        set_events(&s.events)?;
-    }
-    init(SESSION_CAPACITY.max(s.functions.len() as u64), s.probe);
-    new_session(&s.functions)?;
-    set_output(&s.output);
-    Ok(s)
-}
-
-/// Session file of a runtime injected into process `pid`.
-pub fn injected_session_path(pid: u32) -> PathBuf {
-    PathBuf::from(format!("/tmp/papirus-probe-session-{pid}.json"))
+    let names = names().clone();
+    segment::snapshot(names)
 }

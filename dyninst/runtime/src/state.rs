@@ -1,31 +1,31 @@
-//! Per-thread profile tables and the shadow stack of hijacked returns.
+//! The tables in the results segment and the hot-path operations on them.
 //!
-//! Each thread gets one anonymous mapping at its first instrumented call:
-//! a [`Thread`] header, a statistics row per function, an open-addressed
-//! caller → callee table and the shadow stack. Tables are linked into a global
-//! list that is never unlinked, so a thread's results outlive the thread.
-//!
-//! Every table word is a [`Word`], read and written with volatile accesses:
-//! the compiler may neither merge neighbouring updates into vector
-//! instructions (the trampolines do not save vector registers) nor cache a
-//! value a signal handler or the report may look at.
+//! The segment's layout and memory ordering are written down in
+//! [`papirus_probe_abi::layout`]; the structs here mirror it (asserted at
+//! compile time). Every table word is an `AtomicU64` accessed with Relaxed
+//! loads and stores by the one thread that owns the slot (on x86-64: plain
+//! moves, as before), bracketed by the slot's sequence word so a reader in
+//! the tool can take a consistent copy while the thread runs.
 //!
 //! # Safety
 //!
-//! A `Thread` is only ever written by its own thread. The `busy` flag keeps a
-//! signal handler from touching the tables while the interrupted hook is
-//! using them: re-entered hooks return after bumping a counter. Readers of
-//! other threads' tables (the report) read words racily; a torn figure is
-//! stale, never undefined memory, because the mapping is never unmapped.
+//! A thread reaches its slot through its initial-exec TLS words (address and
+//! session epoch, [`sys::tls_get`]). The address is used only while the
+//! epoch matches [`EPOCH`], which set-up and teardown bump: the segment is
+//! unmapped only by teardown, which the tool runs while no thread is inside
+//! the runtime and after every hijacked return address was put back. The
+//! sequence word keeps a signal handler from touching the tables while the
+//! interrupted hook uses them: re-entered hooks return after bumping a counter.
 #![allow(unsafe_code)]
 
-use core::cell::UnsafeCell;
-use core::ptr::null_mut;
-use core::sync::atomic::{AtomicPtr, AtomicU64, Ordering, compiler_fence};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use std::cell::RefCell;
+
+use papirus_probe_abi::layout::{self, Geometry, entry, hdr, proc, slot, stat};
 
 use crate::sys;
 
-/// Shadow-stack depth per thread; deeper calls run uninstrumented and are counted.
+/// Shadow-stack depth per thread; deeper calls are counted but not timed.
 pub(crate) const DEPTH: u64 = 4096;
 /// Stale shadow entries are discarded only when they lie less than this far
 /// below the current frame: a signal handler on an alternate stack (which may
@@ -34,23 +34,24 @@ const REAP_WINDOW: u64 = 256 << 20;
 /// Probes per caller → callee lookup before the pair is counted as dropped.
 const EDGE_PROBES: u64 = 8;
 /// Counter events the counters probe reads at most.
-pub const MAX_EVENTS: usize = 4;
+pub const MAX_EVENTS: usize = layout::MAX_EVENTS;
 
-/// A table word.
-#[repr(transparent)]
-pub(crate) struct Word(UnsafeCell<u64>);
+/// Owner-only access to a table word (module docs: Relaxed is enough).
+pub(crate) trait Word {
+    fn get(&self) -> u64;
+    fn set(&self, v: u64);
+    fn add(&self, v: u64);
+}
 
-impl Word {
+impl Word for AtomicU64 {
     #[inline(always)]
-    pub(crate) fn get(&self) -> u64 {
-        // SAFETY: the word lives in a never-unmapped table; see the module docs for races.
-        unsafe { self.0.get().read_volatile() }
+    fn get(&self) -> u64 {
+        self.load(Ordering::Relaxed)
     }
 
     #[inline(always)]
-    pub(crate) fn set(&self, v: u64) {
-        // SAFETY: as in `get`; only the owning thread writes.
-        unsafe { self.0.get().write_volatile(v) }
+    fn set(&self, v: u64) {
+        self.store(v, Ordering::Relaxed)
     }
 
     #[inline(always)]
@@ -59,195 +60,452 @@ impl Word {
     }
 }
 
-/// One activation whose return was hijacked.
+/// One activation whose return was hijacked ([`layout::entry`]).
 #[repr(C)]
 pub(crate) struct Entry {
-    /// Address of the return-address slot.
-    slot: Word,
-    /// The real return address.
-    ret: Word,
-    /// Entry timestamp.
-    start: Word,
-    /// Inclusive time of completed callees.
-    child: Word,
-    /// Function id.
-    fid: Word,
-    /// Session the activation began in (ids of older sessions mean other functions).
-    epoch: Word,
-    /// Counter values at entry.
-    cstart: [Word; MAX_EVENTS],
-    /// Counter deltas of completed callees.
-    cchild: [Word; MAX_EVENTS],
+    slot: AtomicU64,
+    ret: AtomicU64,
+    start: AtomicU64,
+    child: AtomicU64,
+    fid: AtomicU64,
+    _pad: AtomicU64,
+    cstart: [AtomicU64; MAX_EVENTS],
+    cchild: [AtomicU64; MAX_EVENTS],
+    _pad2: [AtomicU64; 2],
 }
 
-/// Per-function totals of one thread, in ticks.
+/// Per-function totals ([`layout::stat`]).
 #[repr(C)]
 pub(crate) struct Stats {
-    pub calls: Word,
-    pub exits: Word,
-    pub unwound: Word,
-    pub incl: Word,
-    pub excl: Word,
-    pub min: Word,
-    pub max: Word,
+    pub calls: AtomicU64,
+    pub exits: AtomicU64,
+    pub unwound: AtomicU64,
+    pub incl: AtomicU64,
+    pub excl: AtomicU64,
+    pub min: AtomicU64,
+    pub max: AtomicU64,
     /// Activations currently open (recursion depth), so inclusive time counts the outermost only.
-    pub active: Word,
-    /// Inclusive counter deltas.
-    pub cincl: [Word; MAX_EVENTS],
-    /// Exclusive counter deltas.
-    pub cexcl: [Word; MAX_EVENTS],
+    pub active: AtomicU64,
+    pub cincl: [AtomicU64; MAX_EVENTS],
+    pub cexcl: [AtomicU64; MAX_EVENTS],
 }
 
 /// One caller → callee pair.
 #[repr(C)]
 pub(crate) struct Edge {
     /// `(caller + 1) << 32 | callee`; 0 when the slot is empty.
-    pub key: Word,
-    pub calls: Word,
-    pub incl: Word,
+    pub key: AtomicU64,
+    pub calls: AtomicU64,
+    pub incl: AtomicU64,
 }
 
-/// A thread's tables.
+/// A slot's header ([`layout::slot`]); the tables follow it in the segment.
 #[repr(C)]
 pub(crate) struct Thread {
-    busy: Word,
-    /// Session the statistics belong to.
-    pub epoch: Word,
-    /// Hooks entered while `busy` (signal handlers interrupting a hook).
-    pub reentered: Word,
-    pub depth: Word,
-    pub nfuncs: u64,
-    pub edge_mask: u64,
-    pub tid: u64,
-    /// Calls not instrumented because the shadow stack was full or the id unknown.
-    pub overflow: Word,
-    /// Caller → callee pairs not recorded because the table was full.
-    pub edge_overflow: Word,
+    seq: AtomicU64,
+    state: AtomicU64,
+    tid: AtomicU64,
+    process: AtomicU64,
+    depth: AtomicU64,
+    reentered: AtomicU64,
+    untimed: AtomicU64,
+    edge_overflow: AtomicU64,
     /// Counter values of the current hook (written by the counters reader).
-    pub cnow: [Word; MAX_EVENTS],
+    pub cnow: [AtomicU64; MAX_EVENTS],
     /// Counter events this thread reads (0 without an XSAVE area).
-    pub nevents: u64,
-    /// The counters reader's XSAVE area, 64-byte aligned, or null.
-    pub xsave: *mut u8,
+    pub nevents: AtomicU64,
+    /// Errno of a counter group the kernel refused.
+    pub counters_errno: AtomicU64,
+    /// Order in which a kept thread ended.
+    ended: AtomicU64,
+    _public: AtomicU64,
+    // Private words: the runtime's own, in bytes from the slot or addresses in this process.
+    nfuncs: AtomicU64,
+    edge_mask: AtomicU64,
+    stats_at: AtomicU64,
+    edges_at: AtomicU64,
+    stack_at: AtomicU64,
+    /// The counters reader's XSAVE area, 64-byte aligned, or 0.
+    pub xsave: AtomicU64,
     /// The counters reader's per-thread state (a pointer it owns), 0 until its first read.
-    pub counters: Word,
-    next: *mut Thread,
-    stats: *mut Stats,
-    edges: *mut Edge,
-    stack: *mut Entry,
+    pub counters: AtomicU64,
+    _private: [AtomicU64; 9],
 }
 
-/// Head of the list of every thread's tables.
-static THREADS: AtomicPtr<Thread> = AtomicPtr::new(null_mut());
-/// Statistics rows per thread; 0 until the runtime is set up.
-pub(crate) static CAPACITY: AtomicU64 = AtomicU64::new(0);
-/// Functions of the current session (sizes new caller → callee tables).
-pub(crate) static FUNCS: AtomicU64 = AtomicU64::new(0);
-/// Most functions any session had: the statistics rows a new session clears.
-pub(crate) static ROWS: AtomicU64 = AtomicU64::new(0);
-/// The current session. A thread whose tables belong to an older one clears
-/// them at its next hook; its open activations of the older session still
-/// return through the stub but are not recorded.
-pub(crate) static EPOCH: AtomicU64 = AtomicU64::new(1);
+const _: () = {
+    assert!(size_of::<Thread>() == layout::SLOT_HEADER_WORDS as usize * 8);
+    assert!(core::mem::offset_of!(Thread, seq) == slot::SEQ * 8);
+    assert!(core::mem::offset_of!(Thread, state) == slot::STATE * 8);
+    assert!(core::mem::offset_of!(Thread, tid) == slot::TID * 8);
+    assert!(core::mem::offset_of!(Thread, process) == slot::PROC * 8);
+    assert!(core::mem::offset_of!(Thread, depth) == slot::DEPTH * 8);
+    assert!(core::mem::offset_of!(Thread, reentered) == slot::REENTERED * 8);
+    assert!(core::mem::offset_of!(Thread, untimed) == slot::UNTIMED * 8);
+    assert!(core::mem::offset_of!(Thread, edge_overflow) == slot::EDGE_OVERFLOW * 8);
+    assert!(core::mem::offset_of!(Thread, cnow) == slot::CNOW * 8);
+    assert!(core::mem::offset_of!(Thread, nevents) == slot::NEVENTS * 8);
+    assert!(core::mem::offset_of!(Thread, counters_errno) == slot::COUNTERS_ERRNO * 8);
+    assert!(core::mem::offset_of!(Thread, ended) == slot::ENDED * 8);
+    assert!(core::mem::offset_of!(Thread, nfuncs) == slot::PRIVATE * 8);
+    assert!(size_of::<Stats>() == layout::STAT_WORDS as usize * 8);
+    assert!(core::mem::offset_of!(Stats, calls) == stat::CALLS * 8);
+    assert!(core::mem::offset_of!(Stats, exits) == stat::EXITS * 8);
+    assert!(core::mem::offset_of!(Stats, unwound) == stat::UNWOUND * 8);
+    assert!(core::mem::offset_of!(Stats, incl) == stat::INCL * 8);
+    assert!(core::mem::offset_of!(Stats, excl) == stat::EXCL * 8);
+    assert!(core::mem::offset_of!(Stats, min) == stat::MIN * 8);
+    assert!(core::mem::offset_of!(Stats, max) == stat::MAX * 8);
+    assert!(core::mem::offset_of!(Stats, active) == stat::ACTIVE * 8);
+    assert!(core::mem::offset_of!(Stats, cincl) == stat::CINCL * 8);
+    assert!(core::mem::offset_of!(Stats, cexcl) == stat::CEXCL * 8);
+    assert!(size_of::<Edge>() == layout::EDGE_WORDS as usize * 8);
+    assert!(size_of::<Entry>() == layout::ENTRY_WORDS as usize * 8);
+    assert!(core::mem::offset_of!(Entry, slot) == entry::SLOT * 8);
+    assert!(core::mem::offset_of!(Entry, ret) == entry::RET * 8);
+    assert!(core::mem::offset_of!(Entry, start) == entry::START * 8);
+    assert!(core::mem::offset_of!(Entry, child) == entry::CHILD * 8);
+    assert!(core::mem::offset_of!(Entry, fid) == entry::FID * 8);
+    assert!(core::mem::offset_of!(Entry, cstart) == entry::CSTART * 8);
+    assert!(core::mem::offset_of!(Entry, cchild) == entry::CCHILD * 8);
+};
 
-/// The calling thread's tables, created on first use; `None` before set-up
-/// or when the kernel refuses the memory.
+/// The current session: TLS words of another epoch are stale. 0 until the
+/// first set-up (so threads register nothing before it); bumped by set-up
+/// and teardown.
+pub(crate) static EPOCH: AtomicU64 = AtomicU64::new(0);
+/// Base address of the segment's mapping in this process (0: none).
+pub(crate) static BASE: AtomicUsize = AtomicUsize::new(0);
+/// This process' record index (`u64::MAX`: none, a child that found no free record).
+pub(crate) static PROCESS: AtomicU64 = AtomicU64::new(0);
+/// Ended threads keep their slots (up to half of them) instead of folding at once.
+pub(crate) static PER_THREAD: AtomicBool = AtomicBool::new(false);
+/// A slot state private to the runtime: being folded by another thread.
+const FOLDING: u64 = 3;
+
+/// The session's geometry as plain words, written at set-up before [`BASE`]
+/// is published: what registration needs, without the (vector-copied,
+/// GOT-called) [`Geometry`] on a path the hooks reach.
+pub(crate) struct Flat {
+    pub funcs: AtomicU64,
+    pub edges: AtomicU64,
+    pub slots: AtomicU64,
+    pub slots_at: AtomicU64,
+    pub slot_words: AtomicU64,
+    pub procs: AtomicU64,
+    pub proc_words: AtomicU64,
+}
+
+pub(crate) static FLAT: Flat = Flat {
+    funcs: AtomicU64::new(0),
+    edges: AtomicU64::new(0),
+    slots: AtomicU64::new(0),
+    slots_at: AtomicU64::new(0),
+    slot_words: AtomicU64::new(0),
+    procs: AtomicU64::new(0),
+    proc_words: AtomicU64::new(0),
+};
+
+impl Flat {
+    /// Records `g` (set-up, before publishing the segment).
+    pub(crate) fn set(&self, g: &Geometry) {
+        self.funcs.set(g.funcs);
+        self.edges.set(g.edges);
+        self.slots.set(g.slots);
+        self.slots_at.set(g.slot_at(0));
+        self.slot_words.set(g.slot_words);
+        self.procs.set(g.procs);
+        self.proc_words.set(g.proc_words);
+    }
+}
+
+/// A word of the mapped segment at `base`.
+#[inline(always)]
+fn word_at(base: usize, i: u64) -> &'static AtomicU64 {
+    // SAFETY: callers pass positions inside the session's mapping at `base` (from FLAT).
+    unsafe { &*((base + i as usize * 8) as *const AtomicU64) }
+}
+
+/// Claims a free slot of the segment at `base` for thread `tid` of record `p`.
+fn claim(base: usize, p: u64, tid: u64) -> Option<&'static Thread> {
+    let (slots, at, words) = (FLAT.slots.get(), FLAT.slots_at.get(), FLAT.slot_words.get());
+    for i in 0..slots {
+        let w = word_at(base, at + i * words);
+        // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
+        let t = unsafe { &*(w as *const AtomicU64 as *const Thread) };
+        if t.state.compare_exchange(slot::FREE, slot::LIVE, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            t.init(p, tid);
+            let rec = layout::HEADER_WORDS + p * FLAT.proc_words.get();
+            word_at(base, rec + proc::THREADS as u64).fetch_add(1, Ordering::Relaxed);
+            return Some(t);
+        }
+    }
+    word_at(base, hdr::SLOT_MISSES as u64).fetch_add(1, Ordering::Relaxed);
+    None
+}
+
+/// The segment as words, for the runtime's cold paths.
+pub(crate) struct Seg {
+    base: usize,
+    pub g: Geometry,
+}
+
+impl Seg {
+    /// The mapped segment, if a session is active.
+    pub(crate) fn current() -> Option<Seg> {
+        let base = BASE.load(Ordering::Acquire);
+        if base == 0 {
+            return None;
+        }
+        // SAFETY: a non-zero BASE is a live mapping whose header was written
+        // before BASE was published (Release in set-up).
+        let w = unsafe { &*(base as *const [AtomicU64; layout::HEADER_WORDS as usize]) };
+        let n = |i: usize| w[i].load(Ordering::Relaxed);
+        let g = Geometry::new(n(hdr::FUNCS), n(hdr::EDGES), n(hdr::DEPTH), n(hdr::SLOTS), n(hdr::PROCS))?;
+        Some(Seg { base, g })
+    }
+
+    /// Word `i` of the segment.
+    pub(crate) fn word(&self, i: u64) -> &'static AtomicU64 {
+        debug_assert!(i < self.g.total_words);
+        // SAFETY: callers pass positions from the geometry, all inside the mapping.
+        unsafe { &*((self.base + i as usize * 8) as *const AtomicU64) }
+    }
+
+    /// The whole segment as a slice (for snapshots of this process).
+    pub(crate) fn words(&self) -> &'static [AtomicU64] {
+        // SAFETY: the mapping spans `total_words` words and is only unmapped by teardown.
+        unsafe { core::slice::from_raw_parts(self.base as *const AtomicU64, self.g.total_words as usize) }
+    }
+
+    /// Per-thread mode: while more than half the slots hold ended threads,
+    /// folds the one that ended first and frees its slot.
+    fn fold_oldest_kept(&self) {
+        loop {
+            let mut kept = 0;
+            let mut oldest: Option<(u64, &'static Thread)> = None;
+            for i in 0..self.g.slots {
+                let at = self.g.slot_at(i);
+                // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
+                let t = unsafe { &*(self.word(at) as *const AtomicU64 as *const Thread) };
+                if t.state.load(Ordering::Acquire) == slot::KEPT {
+                    kept += 1;
+                    let n = t.ended.get();
+                    if oldest.is_none_or(|(m, _)| n < m) {
+                        oldest = Some((n, t));
+                    }
+                }
+            }
+            let Some((_, t)) = oldest.filter(|_| kept > self.g.slots / 2) else { return };
+            if t.state.compare_exchange(slot::KEPT, FOLDING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+                t.fold(self);
+                t.state.store(slot::FREE, Ordering::Release);
+            }
+        }
+    }
+
+    fn proc_word(&self, p: u64, w: usize) -> &'static AtomicU64 {
+        self.word(self.g.proc_at(p) + w as u64)
+    }
+
+    fn proc_stats(&self, p: u64, fid: u64) -> &'static Stats {
+        let at = self.g.proc_at(p) + self.g.proc_stats() + fid * layout::STAT_WORDS;
+        // SAFETY: fid < funcs, so the row lies inside the record.
+        unsafe { &*(self.word(at) as *const AtomicU64 as *const Stats) }
+    }
+
+    fn proc_edge(&self, p: u64, i: u64) -> &'static Edge {
+        let at = self.g.proc_at(p) + self.g.proc_edges() + (i & (self.g.edges - 1)) * layout::EDGE_WORDS;
+        // SAFETY: the index is masked to the table.
+        unsafe { &*(self.word(at) as *const AtomicU64 as *const Edge) }
+    }
+}
+
+/// The calling thread's tables; `None` before set-up, after teardown, or
+/// when no slot is free.
 #[inline(always)]
 pub(crate) fn current() -> Option<&'static Thread> {
-    let p = sys::tls_get() as *const Thread;
-    if p.is_null() {
+    let (p, epoch) = sys::tls_get();
+    if epoch != EPOCH.load(Ordering::Relaxed) {
         return register();
     }
-    // SAFETY: a non-null slot always points at this thread's live, never unmapped tables.
-    Some(unsafe { &*p })
+    // SAFETY: a non-zero address of the current epoch is this thread's live slot (module docs).
+    unsafe { (p as *const Thread).as_ref() }
 }
 
 #[cold]
 #[inline(never)]
 extern "C" fn register() -> Option<&'static Thread> {
-    let nfuncs = CAPACITY.load(Ordering::Acquire);
-    if nfuncs == 0 {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    // Until a slot is found, nested calls (malloc inside the registration) run unmeasured.
+    sys::tls_set(0, epoch);
+    let base = BASE.load(Ordering::Acquire);
+    let p = PROCESS.load(Ordering::Relaxed);
+    if base == 0 || p >= FLAT.procs.get() {
         return None;
     }
-    let edge_cap = (FUNCS.load(Ordering::Relaxed) * 4).clamp(256, 1 << 16).next_power_of_two();
-    let head = size_of::<Thread>().next_multiple_of(64);
-    let stats_len = nfuncs as usize * size_of::<Stats>();
-    let edges_len = edge_cap as usize * size_of::<Edge>();
-    let stack_len = DEPTH as usize * size_of::<Entry>();
-    let base = sys::mmap_zeroed(head + stats_len + edges_len + stack_len)?;
-    let t = base as *mut Thread;
-    let nevents = crate::counters::NEVENTS.load(Ordering::Acquire) as u64;
-    let xsave = if nevents > 0 { crate::counters::xsave_area() } else { None };
-    // SAFETY: `base` is a fresh zeroed mapping large enough for the header and
-    // the three tables laid out after it; zero is a valid value of every field.
+    let t = claim(base, p, u64::from(sys::gettid()))?;
+    sys::tls_set(t as *const Thread as usize, epoch);
+    crate::counters::register_exit(t);
+    Some(t)
+}
+
+unsafe extern "C" {
+    /// glibc's registration of a thread-local destructor (what C++ `thread_local` uses).
+    fn __cxa_thread_atexit_impl(
+        dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
+        obj: *mut core::ffi::c_void,
+        dso: *mut core::ffi::c_void,
+    ) -> i32;
+    static __dso_handle: u8;
+}
+
+/// Registers [`thread_exit`] for the calling thread and the current session.
+pub(crate) extern "C" fn register_thread_exit() {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    // SAFETY: registers a function of this library (never unloaded: the
+    // registration itself pins it) with a plain integer argument.
     unsafe {
-        (*t).nfuncs = nfuncs;
-        if let Some(area) = xsave {
-            (*t).xsave = area;
-            (*t).nevents = nevents.min(MAX_EVENTS as u64);
-        }
-        (*t).epoch.set(EPOCH.load(Ordering::Acquire));
-        (*t).edge_mask = edge_cap - 1;
-        (*t).tid = u64::from(sys::gettid());
-        (*t).stats = base.add(head) as *mut Stats;
-        (*t).edges = base.add(head + stats_len) as *mut Edge;
-        (*t).stack = base.add(head + stats_len + edges_len) as *mut Entry;
+        __cxa_thread_atexit_impl(
+            thread_exit,
+            epoch as usize as *mut core::ffi::c_void,
+            &raw const __dso_handle as *mut core::ffi::c_void,
+        );
     }
-    let mut old = THREADS.load(Ordering::Relaxed);
-    loop {
-        // SAFETY: the header is not yet shared.
-        unsafe { (*t).next = old };
-        match THREADS.compare_exchange_weak(old, t, Ordering::Release, Ordering::Relaxed) {
-            Ok(_) => break,
-            Err(now) => old = now,
-        }
-    }
-    sys::tls_set(t as usize);
-    // SAFETY: just initialised, never unmapped.
-    Some(unsafe { &*t })
 }
 
-/// Every thread's tables, newest first.
-pub(crate) fn threads() -> impl Iterator<Item = &'static Thread> {
-    let mut p = THREADS.load(Ordering::Acquire);
-    core::iter::from_fn(move || {
-        // SAFETY: list nodes are never freed; `next` is written before publication.
-        let t = unsafe { p.as_ref()? };
-        p = t.next;
-        Some(t)
-    })
+/// Runs when a thread other than the main one ends (return from its start
+/// routine, `pthread_exit`): frames still open are closed as unwound, the
+/// figures folded into the process' exited-thread totals, the slot freed.
+unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
+    let epoch = arg as usize as u64;
+    let (p, e) = sys::tls_get();
+    if e != epoch || epoch != EPOCH.load(Ordering::Acquire) || p == 0 {
+        return;
+    }
+    // SAFETY: as in `current`.
+    let t = unsafe { &*(p as *const Thread) };
+    if t.tid.get() == u64::from(std::process::id()) {
+        // The main thread at exit(): the process ends, nothing to recycle, and
+        // atexit handlers may still call instrumented functions.
+        return;
+    }
+    // A later instrumented call (another destructor) registers afresh.
+    sys::tls_set(0, 0);
+    let Some(seg) = Seg::current() else { return };
+    t.retire(&seg);
 }
-
-/// Exclusive use of a thread's tables by the hook that holds it.
-#[repr(transparent)]
-pub(crate) struct Guard(&'static Thread);
 
 impl Thread {
-    /// Claims the tables for a hook; `None` if a hook of this thread is already
-    /// running (a signal handler interrupted it).
-    #[inline(always)]
-    pub(crate) fn enter(&'static self) -> Option<Guard> {
-        if self.busy.get() != 0 {
-            self.reentered.add(1);
-            return None;
+    /// Prepares a freshly claimed slot (zero tables, as folding left them).
+    fn init(&self, p: u64, tid: u64) {
+        let (funcs, edges) = (FLAT.funcs.get(), FLAT.edges.get());
+        let stats = layout::SLOT_HEADER_WORDS;
+        let edges_at = stats + funcs * layout::STAT_WORDS;
+        let stack_at = edges_at + edges * layout::EDGE_WORDS;
+        self.tid.set(tid);
+        self.process.set(p);
+        self.depth.set(0);
+        self.reentered.set(0);
+        self.untimed.set(0);
+        self.edge_overflow.set(0);
+        self.counters_errno.set(0);
+        self.ended.set(0);
+        self.nfuncs.set(funcs);
+        self.edge_mask.set(edges - 1);
+        self.stats_at.set(stats * 8);
+        self.edges_at.set(edges_at * 8);
+        self.stack_at.set(stack_at * 8);
+        let nevents = crate::counters::NEVENTS.load(Ordering::Acquire) as u64;
+        let xsave = if nevents > 0 { crate::counters::xsave_area() } else { None };
+        match xsave {
+            Some(area) => {
+                self.xsave.set(area as u64);
+                self.nevents.set(nevents.min(MAX_EVENTS as u64));
+            }
+            None => {
+                self.xsave.set(0);
+                self.nevents.set(0);
+            }
         }
-        self.busy.set(1);
-        compiler_fence(Ordering::SeqCst);
-        let epoch = EPOCH.load(Ordering::Relaxed);
-        if self.epoch.get() != epoch {
-            self.renew(epoch);
-        }
-        Some(Guard(self))
+        self.counters.set(0);
     }
 
-    /// Clears the statistics for a new session (the shadow stack stays: its
-    /// activations still return through the stub).
-    #[cold]
-    #[inline(never)]
-    extern "C" fn renew(&self, epoch: u64) {
-        let rows = ROWS.load(Ordering::Relaxed).min(self.nfuncs);
-        for i in 0..rows {
-            let s = self.stats(i);
+    /// Closes the thread's open frames as unwound, then folds its figures
+    /// into its process record and frees the slot, or (per-thread mode)
+    /// keeps the slot and folds the oldest kept one beyond the bound.
+    fn retire(&'static self, seg: &Seg) {
+        let Some(g) = self.enter() else { return };
+        let now = crate::hooks::now();
+        while g.depth() > 0 {
+            g.pop(now, 0, true);
+        }
+        crate::counters::release(self);
+        drop(g);
+        if !PER_THREAD.load(Ordering::Relaxed) {
+            self.fold(seg);
+            self.state.store(slot::FREE, Ordering::Release);
+            return;
+        }
+        self.ended.set(seg.word(hdr::ENDED as u64).fetch_add(1, Ordering::Relaxed) + 1);
+        self.state.store(slot::KEPT, Ordering::Release);
+        seg.fold_oldest_kept();
+    }
+
+    /// Folds the figures into the process record (under its lock) and zeroes them.
+    fn fold(&self, seg: &Seg) {
+        let p = self.process.get();
+        if p >= seg.g.procs {
+            return;
+        }
+        let mine = &self.seq;
+        mine.store(mine.get().wrapping_add(1), Ordering::Relaxed);
+        let lock = seg.proc_word(p, proc::LOCK);
+        while lock.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            core::hint::spin_loop();
+        }
+        let seq = seg.proc_word(p, proc::SEQ);
+        seq.store(seq.get().wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        self.fold_into(seg, p);
+        seg.proc_word(p, proc::EXITED_THREADS).add(1);
+        seg.proc_word(p, proc::REENTERED).add(self.reentered.get());
+        seg.proc_word(p, proc::UNTIMED).add(self.untimed.get());
+        seg.proc_word(p, proc::EDGE_OVERFLOW).add(self.edge_overflow.get());
+        seq.store(seq.get().wrapping_add(1), Ordering::Release);
+        lock.store(0, Ordering::Release);
+        mine.store(mine.get().wrapping_add(1), Ordering::Release);
+    }
+
+    /// Adds every row and pair into record `p` and zeroes them here.
+    fn fold_into(&self, seg: &Seg, p: u64) {
+        for fid in 0..self.nfuncs.get().min(seg.g.funcs) {
+            let s = self.stats(fid);
+            let calls = s.calls.get();
+            if calls == 0 {
+                continue;
+            }
+            let d = seg.proc_stats(p, fid);
+            let closed_before = d.exits.get() + d.unwound.get();
+            let closed = s.exits.get() + s.unwound.get();
+            if closed > 0 {
+                if closed_before == 0 || s.min.get() < d.min.get() {
+                    d.min.set(s.min.get());
+                }
+                d.max.set(d.max.get().max(s.max.get()));
+            }
+            for (a, b) in [
+                (&d.calls, &s.calls),
+                (&d.exits, &s.exits),
+                (&d.unwound, &s.unwound),
+                (&d.incl, &s.incl),
+                (&d.excl, &s.excl),
+            ] {
+                a.add(b.get());
+            }
+            for i in 0..MAX_EVENTS {
+                d.cincl[i].add(s.cincl[i].get());
+                d.cexcl[i].add(s.cexcl[i].get());
+            }
             for w in [&s.calls, &s.exits, &s.unwound, &s.incl, &s.excl, &s.min, &s.max, &s.active] {
                 w.set(0);
             }
@@ -256,44 +514,89 @@ impl Thread {
                 s.cexcl[i].set(0);
             }
         }
-        for i in 0..=self.edge_mask {
+        for i in 0..=self.edge_mask.get() {
             let e = self.edge(i);
+            let key = e.key.get();
+            if key == 0 {
+                continue;
+            }
+            let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
+            let mut placed = false;
+            for j in 0..EDGE_PROBES {
+                let d = seg.proc_edge(p, h + j);
+                let k = d.key.get();
+                if k == key || k == 0 {
+                    d.key.set(key);
+                    d.calls.add(e.calls.get());
+                    d.incl.add(e.incl.get());
+                    placed = true;
+                    break;
+                }
+            }
+            if !placed {
+                seg.proc_word(p, proc::EDGE_OVERFLOW).add(1);
+            }
             e.key.set(0);
             e.calls.set(0);
             e.incl.set(0);
         }
-        self.overflow.set(0);
-        self.edge_overflow.set(0);
-        self.reentered.set(0);
-        self.epoch.set(epoch);
+    }
+
+    /// Claims the tables for a hook; `None` if a hook of this thread is already
+    /// running (a signal handler interrupted it).
+    #[inline(always)]
+    pub(crate) fn enter(&'static self) -> Option<Guard> {
+        let s = self.seq.get();
+        if s & 1 != 0 {
+            self.reentered.add(1);
+            return None;
+        }
+        self.seq.set(s.wrapping_add(1));
+        // ATOMICS: orders the odd sequence before the figures' stores (a compiler barrier on x86-64).
+        fence(Ordering::Release);
+        Some(Guard(self))
     }
 
     /// A statistics row.
     #[inline(always)]
     pub(crate) fn stats(&self, fid: u64) -> &Stats {
-        // SAFETY: callers check fid < nfuncs; rows live as long as the thread list.
-        unsafe { &*self.stats.add(fid as usize) }
+        // SAFETY: callers check fid < nfuncs; rows follow the header in the slot.
+        unsafe {
+            &*((self as *const Thread as *const u8).add(self.stats_at.get() as usize) as *const Stats)
+                .add(fid as usize)
+        }
     }
 
     /// A caller → callee slot.
     #[inline(always)]
     pub(crate) fn edge(&self, i: u64) -> &Edge {
-        // SAFETY: callers mask i with edge_mask.
-        unsafe { &*self.edges.add((i & self.edge_mask) as usize) }
+        // SAFETY: the index is masked to the table, which lies in the slot.
+        unsafe {
+            &*((self as *const Thread as *const u8).add(self.edges_at.get() as usize) as *const Edge)
+                .add((i & self.edge_mask.get()) as usize)
+        }
     }
 
     #[inline(always)]
     fn entry(&self, i: u64) -> &Entry {
-        // SAFETY: callers pass i < depth <= DEPTH.
-        unsafe { &*self.stack.add(i as usize) }
+        // SAFETY: callers pass i < depth <= DEPTH; the stack lies in the slot.
+        unsafe {
+            &*((self as *const Thread as *const u8).add(self.stack_at.get() as usize) as *const Entry)
+                .add(i as usize)
+        }
     }
 }
+
+/// Exclusive use of a thread's tables by the hook that holds it.
+#[repr(transparent)]
+pub(crate) struct Guard(&'static Thread);
 
 impl Drop for Guard {
     #[inline(always)]
     fn drop(&mut self) {
-        compiler_fence(Ordering::SeqCst);
-        self.0.busy.set(0);
+        let seq = &self.0.seq;
+        // ATOMICS: Release publishes the figures with the even sequence.
+        seq.store(seq.get().wrapping_add(1), Ordering::Release);
     }
 }
 
@@ -311,14 +614,15 @@ impl Guard {
         (e.slot.get(), e.ret.get())
     }
 
-    /// Records an activation; `false` (and nothing recorded) when it cannot be tracked.
+    /// Records an activation; `false` when its return cannot be tracked (the
+    /// call is still counted when the shadow stack is full).
     #[inline(always)]
     pub(crate) fn push(&self, fid: u32, slot: u64, ret: u64, now: u64, nev: usize) -> bool {
         let t = self.0;
         let fid = u64::from(fid);
         let d = t.depth.get();
-        if d >= DEPTH || fid >= t.nfuncs {
-            t.overflow.add(1);
+        if d >= DEPTH || fid >= t.nfuncs.get() {
+            self.untracked(fid);
             return false;
         }
         let e = t.entry(d);
@@ -327,7 +631,6 @@ impl Guard {
         e.start.set(now);
         e.child.set(0);
         e.fid.set(fid);
-        e.epoch.set(t.epoch.get());
         for i in 0..nev.min(MAX_EVENTS) {
             e.cstart[i].set(t.cnow[i].get());
             e.cchild[i].set(0);
@@ -337,6 +640,16 @@ impl Guard {
         s.calls.add(1);
         s.active.add(1);
         true
+    }
+
+    #[cold]
+    #[inline(never)]
+    extern "C" fn untracked(&self, fid: u64) {
+        let t = self.0;
+        t.untimed.add(1);
+        if fid < t.nfuncs.get() {
+            t.stats(fid).calls.add(1);
+        }
     }
 
     /// Closes every activation whose return slot lies below `slot` (frames
@@ -385,10 +698,11 @@ impl Guard {
         let d = t.depth.get() - 1;
         t.depth.set(d);
         let e = t.entry(d);
-        if e.epoch.get() != t.epoch.get() {
+        let fid = e.fid.get();
+        if fid >= t.nfuncs.get() {
+            // Begun before a fork, in the parent: only its return matters here.
             return e.ret.get();
         }
-        let fid = e.fid.get();
         let dur = now.saturating_sub(e.start.get());
         let excl = dur.saturating_sub(e.child.get());
         let s = t.stats(fid);
@@ -411,7 +725,7 @@ impl Guard {
             s.max.set(dur);
         }
         let outer = active == 0;
-        let parent = (d > 0 && t.entry(d - 1).epoch.get() == t.epoch.get()).then(|| t.entry(d - 1));
+        let parent = (d > 0).then(|| t.entry(d - 1));
         for i in 0..nev.min(MAX_EVENTS) {
             let delta = t.cnow[i].get().saturating_sub(e.cstart[i].get());
             if outer {
@@ -424,7 +738,10 @@ impl Guard {
         }
         if let Some(parent) = parent {
             parent.child.add(dur);
-            self.add_edge(parent.fid.get(), fid, dur);
+            let caller = parent.fid.get();
+            if caller < t.nfuncs.get() {
+                self.add_edge(caller, fid, dur);
+            }
         }
         e.ret.get()
     }
@@ -444,5 +761,95 @@ impl Guard {
             }
         }
         self.0.edge_overflow.add(1);
+    }
+}
+
+// Forks: the child inherits the shared mapping, so it must stop writing the
+// parent's slot at once. The forking thread's open activations are copied
+// before the fork (the parent's thread goes on changing them after it) and
+// given to the child's own slot, so its hijacked returns still work.
+thread_local! {
+    static FORK_STACK: RefCell<Vec<[u64; 2]>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `pthread_atfork` prepare handler.
+pub(crate) extern "C" fn before_fork() {
+    let (p, e) = sys::tls_get();
+    FORK_STACK.with_borrow_mut(|v| {
+        v.clear();
+        if p == 0 || e != EPOCH.load(Ordering::Acquire) {
+            return;
+        }
+        // SAFETY: as in `current`.
+        let t = unsafe { &*(p as *const Thread) };
+        for i in 0..t.depth.get().min(DEPTH) {
+            let en = t.entry(i);
+            v.push([en.slot.get(), en.ret.get()]);
+        }
+    });
+}
+
+/// `pthread_atfork` child handler: a process record and a slot of its own.
+pub(crate) extern "C" fn after_fork_child() {
+    let epoch = EPOCH.load(Ordering::Acquire);
+    let (p, e) = sys::tls_get();
+    let Some(seg) = Seg::current() else { return };
+    let parent_rec = PROCESS.load(Ordering::Relaxed);
+    let rec = seg.word(hdr::NEXT_PROC as u64).fetch_add(1, Ordering::AcqRel);
+    let frames = FORK_STACK.with_borrow_mut(std::mem::take);
+    if rec >= seg.g.procs {
+        seg.word(hdr::PROC_MISSES as u64).fetch_add(1, Ordering::Relaxed);
+        PROCESS.store(u64::MAX, Ordering::Relaxed);
+        if e == epoch && p != 0 && !frames.is_empty() {
+            // Returns must still find their frames: a private slot, never reported.
+            private_slot(&seg, &frames, epoch);
+        } else {
+            sys::tls_set(0, epoch);
+        }
+        return;
+    }
+    let parent_pid = if parent_rec < seg.g.procs { seg.proc_word(parent_rec, proc::PID).get() } else { 0 };
+    seg.proc_word(rec, proc::PID).set(u64::from(std::process::id()));
+    seg.proc_word(rec, proc::PARENT).set(parent_pid);
+    seg.proc_word(rec, proc::STATE).store(1, Ordering::Release);
+    PROCESS.store(rec, Ordering::Relaxed);
+    sys::tls_set(0, epoch);
+    if e != epoch || p == 0 {
+        return;
+    }
+    match claim(seg.base, rec, u64::from(sys::gettid())) {
+        Some(t) => {
+            t.adopt(&frames);
+            sys::tls_set(t as *const Thread as usize, epoch);
+            register_thread_exit();
+        }
+        None if !frames.is_empty() => private_slot(&seg, &frames, epoch),
+        None => {}
+    }
+}
+
+/// A slot in private memory for a thread that must keep its frames but has no place in the segment.
+fn private_slot(seg: &Seg, frames: &[[u64; 2]], epoch: u64) {
+    let Some(base) = sys::mmap_zeroed(seg.g.slot_words as usize * 8) else {
+        sys::die(b"papirus-probe-runtime: no memory for a forked child's return addresses\n")
+    };
+    // SAFETY: a fresh zeroed mapping of a slot's size; zero is valid for every word.
+    let t = unsafe { &*(base as *const Thread) };
+    t.init(u64::MAX, u64::from(sys::gettid()));
+    t.adopt(frames);
+    sys::tls_set(t as *const Thread as usize, epoch);
+}
+
+impl Thread {
+    /// Takes over open activations (real returns) copied from the parent.
+    fn adopt(&self, frames: &[[u64; 2]]) {
+        for (i, [s, r]) in frames.iter().enumerate() {
+            let e = self.entry(i as u64);
+            e.slot.set(*s);
+            e.ret.set(*r);
+            // Frames begun in the parent are not timed or counted in the child.
+            e.fid.set(u64::MAX);
+        }
+        self.depth.set(frames.len() as u64);
     }
 }

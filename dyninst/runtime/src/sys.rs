@@ -3,7 +3,8 @@
 //!
 //! # Safety
 //!
-//! The TLS slot is an 8-byte `.tbss` symbol defined below and addressed with
+//! The TLS slot is a 16-byte `.tbss` symbol (the thread's slot address and
+//! its session epoch) defined below and addressed with
 //! the initial-exec model (`@GOTTPOFF` off `fs`): it exists for every thread
 //! from its creation, so reading it can neither fault, allocate nor call
 //! `__tls_get_addr` (which could recurse into instrumented code). The system
@@ -15,42 +16,48 @@ use core::arch::{asm, global_asm};
 
 global_asm!(
     ".pushsection .tbss,\"awT\",@nobits",
-    ".p2align 3",
+    ".p2align 4",
     ".globl papirus_probe_tls_slot",
     ".hidden papirus_probe_tls_slot",
     ".type papirus_probe_tls_slot,@object",
-    ".size papirus_probe_tls_slot,8",
+    ".size papirus_probe_tls_slot,16",
     "papirus_probe_tls_slot:",
-    ".zero 8",
+    ".zero 16",
     ".popsection",
 );
 
-/// This thread's slot (null until the thread's first instrumented call).
+/// This thread's slot address and the session epoch it belongs to ((0, 0)
+/// until the thread's first instrumented call).
 #[inline(always)]
-pub(crate) fn tls_get() -> usize {
-    let v: usize;
-    // SAFETY: reads the calling thread's own initial-exec TLS word (see module docs).
+pub(crate) fn tls_get() -> (usize, u64) {
+    let (v, e): (usize, u64);
+    // SAFETY: reads the calling thread's own initial-exec TLS words (see module docs).
     unsafe {
         asm!(
-            "mov {v}, qword ptr [rip + papirus_probe_tls_slot@GOTTPOFF]",
-            "mov {v}, qword ptr fs:[{v}]",
+            "mov {o}, qword ptr [rip + papirus_probe_tls_slot@GOTTPOFF]",
+            "mov {v}, qword ptr fs:[{o}]",
+            "mov {e}, qword ptr fs:[{o} + 8]",
+            o = out(reg) _,
             v = out(reg) v,
+            e = out(reg) e,
             options(nostack, readonly, preserves_flags),
         );
     }
-    v
+    (v, e)
 }
 
-/// Sets this thread's slot.
+/// Sets this thread's slot address and epoch.
 #[inline(always)]
-pub(crate) fn tls_set(value: usize) {
-    // SAFETY: writes the calling thread's own initial-exec TLS word (see module docs).
+pub(crate) fn tls_set(value: usize, epoch: u64) {
+    // SAFETY: writes the calling thread's own initial-exec TLS words (see module docs).
     unsafe {
         asm!(
             "mov {o}, qword ptr [rip + papirus_probe_tls_slot@GOTTPOFF]",
             "mov qword ptr fs:[{o}], {v}",
+            "mov qword ptr fs:[{o} + 8], {e}",
             o = out(reg) _,
             v = in(reg) value,
+            e = in(reg) epoch,
             options(nostack, preserves_flags),
         );
     }
@@ -68,7 +75,8 @@ pub(crate) fn rdtsc() -> u64 {
 #[inline(always)]
 fn syscall6(nr: u64, a: [u64; 6]) -> i64 {
     let ret: i64;
-    // SAFETY: every system call the runtime makes (mmap, gettid, write) is
+    // SAFETY: every system call the runtime makes here (mmap, munmap of its own
+    // mappings, gettid, write) is
     // memory-safe for any argument values; the kernel returns -errno.
     unsafe {
         asm!(
@@ -85,6 +93,7 @@ fn syscall6(nr: u64, a: [u64; 6]) -> i64 {
 
 const SYS_WRITE: u64 = 1;
 const SYS_MMAP: u64 = 9;
+const SYS_MUNMAP: u64 = 11;
 const SYS_GETTID: u64 = 186;
 
 /// Anonymous, zero-filled, private read-write memory; `None` when the kernel refuses.
@@ -93,6 +102,11 @@ pub(crate) fn mmap_zeroed(len: usize) -> Option<*mut u8> {
     const MAP_PRIVATE_ANON: u64 = 0x02 | 0x20;
     let r = syscall6(SYS_MMAP, [0, len as u64, PROT_RW, MAP_PRIVATE_ANON, u64::MAX, 0]);
     (!(-4095..=0).contains(&r)).then_some(r as usize as *mut u8)
+}
+
+/// Returns a mapping from [`mmap_zeroed`] to the kernel.
+pub(crate) fn munmap(addr: *mut u8, len: usize) {
+    syscall6(SYS_MUNMAP, [addr as u64, len as u64, 0, 0, 0, 0]);
 }
 
 /// The calling thread's kernel id.

@@ -1,18 +1,28 @@
-//! `papirus-probe attach`: load the runtime into a running process, patch the
-//! chosen functions, let it run, then flush the report, restore the original
-//! code and detach, leaving the program running uninstrumented.
+//! `papirus-probe attach`: choose the functions, load the runtime into a
+//! running process, start a session, patch, let it run; then restore the
+//! original code, put back every return address the runtime hijacked, write
+//! the report from the results segment, end the session and detach.
+//!
+//! What stays in the target after detach: the runtime library (inert: no
+//! hooks reachable, no constructor, no atexit handler, no thread-exit work
+//! once the session ended) and the trampoline pages the patcher leaves,
+//! which no restored code jumps to (a thread that was inside one when the
+//! code was restored leaves it at its next instruction; the pages stay for
+//! the process' lifetime). The results segment is unmapped. Children the
+//! target forked during the window are held, restored the same way and
+//! released before the target itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{
-    ProbeError, Selection, TargetHooks, call_with_path, patch_stopped, select, unpatch_stopped, write_session,
-};
+use super::results::{Results, maps_segment, other_process_state, write};
+use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
 use crate::process::Process;
-use papirus_probe_runtime::Probe;
+use papirus_probe_abi::Probe;
+use papirus_probe_abi::layout::hdr;
 
 /// What to attach to and measure.
 #[derive(Debug, Clone)]
@@ -31,45 +41,209 @@ pub struct AttachOptions {
     pub duration: Option<Duration>,
     /// The runtime library.
     pub runtime: PathBuf,
+    /// Keep ended threads' figures per thread (bounded) instead of folding them.
+    pub per_thread: bool,
+}
+
+/// Rounds of letting the target run while a thread is inside the runtime at detach.
+const LEAVE_ROUNDS: usize = 200;
+
+/// Placeholders for the hooks while selecting, before the runtime is loaded.
+const PLACEHOLDER: TargetHooks = TargetHooks { enter: 1, unwind_begin: 2, catch: 3, setup: 0, teardown: 0 };
+
+/// How an attach went.
+#[derive(Debug)]
+pub struct AttachSummary {
+    /// Functions patched.
+    pub installed: usize,
+    /// Functions refused, with reasons.
+    pub refused: Vec<Refused>,
+    /// Children forked during the window that were restored (their partial results are reported).
+    pub children: Vec<u32>,
+    /// How long reading the segment and writing the report took.
+    pub report_time: Duration,
 }
 
 /// Instruments process `pid` until the duration ends or `stop` is set, then
-/// writes the report and detaches. Returns (functions patched, refused).
-pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Refused>), ProbeError> {
+/// writes the report and detaches.
+pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
+    crate::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     let mut p = Process::attach(pid)?;
-    let already = TargetHooks::find(&p).ok();
-    if already.is_none() {
+    // Select before touching anything: a selection that matches nothing loads nothing.
+    let inv = Inventory::of_process(pid)?;
+    let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None)?;
+    if TargetHooks::find(&p).is_err() {
+        super::results::settle(&mut p)?;
         p.inject(&opts.runtime)?;
     }
     let hooks = TargetHooks::find(&p)?;
-    let inv = Inventory::of_process(pid)?;
-    let (names, specs) = select(&inv, &opts.selection, &hooks, None)?;
-    let session = std::env::temp_dir().join(format!("papirus-probe-session-attach-{pid}.json"));
-    write_session(&session, opts.probe, &opts.events, names, &opts.output)?;
-    let ok = call_with_path(&mut p, hooks.setup, &session);
-    let _ = std::fs::remove_file(&session);
-    if ok? as i32 != 0 {
-        return Err(ProbeError::Setup { pid, path: session });
+    for s in &mut specs {
+        s.hook = match s.hook {
+            1 => hooks.enter,
+            2 => hooks.unwind_begin,
+            _ => hooks.catch,
+        };
     }
-    let (installed, refused) = patch_stopped(&mut p, &specs)?;
+    let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
+    let (installed, refused) = match patch_stopped(&mut p, &specs) {
+        Ok(v) => v,
+        Err(e) => {
+            let _ = p.call(hooks.teardown, &[]);
+            return Err(e);
+        }
+    };
     super::print_summary(&installed, &refused);
     let count = installed.len();
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;
     let start = Instant::now();
-    while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) {
+    while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut p = Process::attach(pid)?;
-    let flushed = p.call(hooks.flush, &[]);
-    // Restore even if the flush failed; live frames still return through the
-    // runtime's exit stub, which stays loaded.
-    unpatch_stopped(&mut p, installed)?;
-    p.detach()?;
-    if flushed? as i32 != 0 {
-        return Err(ProbeError::Setup { pid, path: opts.output.clone() });
+    let mut p = match Process::attach(pid) {
+        Ok(p) => p,
+        // Ended meanwhile: its results are still in our mapping of the segment.
+        Err(e) if gone(pid) => {
+            let t0 = Instant::now();
+            let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
+                if q == pid as u32 {
+                    "ended during the measurement".to_string()
+                } else {
+                    other_process_state(q)
+                }
+            })?;
+            write(&opts.output, &report)?;
+            eprintln!("papirus-probe: pid {pid} ended during the measurement ({e})");
+            return Ok(AttachSummary {
+                installed: count,
+                refused,
+                children: Vec::new(),
+                report_time: t0.elapsed(),
+            });
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Children forked meanwhile share the patched code and the segment: held first, so they fork no more.
+    let mut kids = Vec::new();
+    for (record, child) in children(&results, pid) {
+        match Process::attach(child as i32) {
+            Ok(c) => kids.push((record, child, c)),
+            Err(e) => eprintln!("papirus-probe: child {child} of pid {pid} not restored: {e}"),
+        }
     }
-    Ok((count, refused))
+    let mut restored = Vec::new();
+    let mut failures = Vec::new();
+    for (record, child, mut c) in kids {
+        match restore(&mut c, installed.clone(), &results, record, &hooks) {
+            Ok(()) => restored.push(child),
+            Err(e) => failures.push(format!("child {child}: {e}")),
+        }
+    }
+    unpatch_stopped(&mut p, installed)?;
+    leave_runtime(&mut p)?;
+    restore_returns(&mut p, &results, 0)?;
+    super::results::settle(&mut p)?;
+    let t0 = Instant::now();
+    let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
+        if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
+    });
+    // End the session whatever the report's fate: nothing of it may stay active.
+    let ended = p.call(hooks.teardown, &[]);
+    p.detach()?;
+    ended?;
+    write(&opts.output, &report?)?;
+    let report_time = t0.elapsed();
+    if !failures.is_empty() {
+        return Err(ProbeError::Setup {
+            pid,
+            reason: format!("forked children not restored: {}", failures.join("; ")),
+        });
+    }
+    Ok(AttachSummary { installed: count, refused, children: restored, report_time })
+}
+
+/// Whether process `pid` has ended (gone or a zombie).
+fn gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])),
+        Err(_) => true,
+    }
+}
+
+/// Children recorded in the segment (record index, pid) that still run our image.
+fn children(results: &Results, pid: i32) -> Vec<(u32, u32)> {
+    let Ok(seg) = results.segment() else { return Vec::new() };
+    let Ok(procs) = seg.sample() else { return Vec::new() };
+    procs
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, p)| p.pid != pid as u32 && maps_segment(p.pid))
+        .map(|(i, p)| (i as u32, p.pid))
+        .collect()
+}
+
+/// Restores a child forked during the window: its code, its hijacked
+/// returns, and its session ended; then lets it go.
+fn restore(
+    c: &mut Process,
+    installed: Vec<crate::patch::Installed>,
+    results: &Results,
+    record: u32,
+    hooks: &TargetHooks,
+) -> Result<(), ProbeError> {
+    unpatch_stopped(c, installed)?;
+    leave_runtime(c)?;
+    restore_returns(c, results, record)?;
+    super::results::settle(c)?;
+    c.call(hooks.teardown, &[])?;
+    Ok(())
+}
+
+/// Lets the process run a moment at a time until no thread is inside the
+/// runtime's code (a hook or the exit stub), so none writes a hijacked
+/// return address or a table after the frames are restored.
+fn leave_runtime(p: &mut Process) -> Result<(), ProbeError> {
+    let module = RUNTIME_FILE.trim_end_matches(".so");
+    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+        op: "read",
+        path: format!("/proc/{}/maps", p.pid()).into(),
+        source,
+    })?;
+    let code: Vec<(u64, u64)> = maps
+        .iter()
+        .filter(|m| m.perms.exec && m.name.rsplit('/').next().is_some_and(|b| b.starts_with(module)))
+        .map(|m| (m.start, m.end))
+        .collect();
+    for _ in 0..LEAVE_ROUNDS {
+        let mut inside = false;
+        for tid in p.threads() {
+            let pc = p.regs(tid)?.rip;
+            inside |= code.iter().any(|&(s, e)| (s..e).contains(&pc));
+        }
+        if !inside {
+            return Ok(());
+        }
+        p.run_for(Duration::from_millis(1))?;
+    }
+    Err(ProbeError::Setup {
+        pid: p.pid(),
+        reason: "a thread stayed inside the probe runtime; the session was left running".into(),
+    })
+}
+
+/// Puts back every return address the runtime replaced with its exit stub
+/// in the process of record `record` (innermost first, so tail calls
+/// sharing a slot resolve).
+fn restore_returns(p: &mut Process, results: &Results, record: u32) -> Result<(), ProbeError> {
+    let seg = results.segment()?;
+    let stub = seg.header(hdr::EXIT_STUB);
+    for f in seg.open_frames().into_iter().filter(|f| f.process == record) {
+        if p.read_u64(f.slot).ok() == Some(stub) {
+            p.write_u64(f.slot, f.ret)?;
+        }
+    }
+    Ok(())
 }

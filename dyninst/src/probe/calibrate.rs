@@ -16,7 +16,7 @@ use std::process::Command;
 use std::rc::Rc;
 
 use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult};
-use papirus_probe_runtime::Probe;
+use papirus_probe_abi::Probe;
 
 use super::cost::{self, Body, Target, Tiny};
 
@@ -149,9 +149,9 @@ fn trampoline(s: &State, b: &Bench, name: &'static str, description: &str, probe
     if probe == Probe::Counters {
         patched.counters().map_err(|e| format!("the counters probe cannot read task-clock here: {e}"))?;
     }
-    papirus_probe_runtime::set_probe(probe);
+    patched.set_probe(probe);
     let mut c = time_call(b, name, description, "", t.tiny(Body::Patched));
-    papirus_probe_runtime::set_probe(Probe::Empty);
+    patched.set_probe(Probe::Empty);
     patched.remove().map_err(|e| e.to_string())?;
     s.borrow_mut().medians.insert(name, Ok(c.ns.median));
     c.path = Some(format!(
@@ -423,7 +423,7 @@ impl std::fmt::Display for Prediction {
 
 /// Predicts the overhead of the run `report` describes from `costs` (rows
 /// written by `papirus-probe calibrate --json`), or says which row is missing.
-pub fn predict(costs: &CostFile, report: &papirus_probe_runtime::Report) -> Result<Prediction, String> {
+pub fn predict(costs: &CostFile, report: &papirus_probe_abi::Report) -> Result<Prediction, String> {
     let (row, note) = match report.probe.as_str() {
         "empty" => (EMPTY, None),
         "wallclock" => (WALLCLOCK, None),
@@ -462,8 +462,8 @@ mod tests {
         CostFile::from_json(&v.to_string()).unwrap()
     }
 
-    fn report(probe: &str, events: &[&str], calls: &[&[u64]]) -> papirus_probe_runtime::Report {
-        use papirus_probe_runtime::{FORMAT_VERSION, FunctionReport, Report, ThreadReport};
+    fn report(probe: &str, events: &[&str], calls: &[&[u64]]) -> papirus_probe_abi::Report {
+        use papirus_probe_abi::{FORMAT_VERSION, FunctionReport, Report, ThreadReport};
         let threads = calls
             .iter()
             .zip(1..)
@@ -474,11 +474,7 @@ mod tests {
                     .map(|(id, &calls)| FunctionReport { id, calls, exits: calls, ..Default::default() })
                     .collect(),
                 callees: Vec::new(),
-                open: 0,
-                reentered: 0,
-                overflow: 0,
-                edge_overflow: 0,
-                counters_error: None,
+                ..Default::default()
             })
             .collect();
         Report {
@@ -489,6 +485,9 @@ mod tests {
             events: events.iter().map(|e| e.to_string()).collect(),
             functions: vec!["a".into(), "b".into()],
             threads,
+            window: Default::default(),
+            processes: Vec::new(),
+            unmeasured_threads: 0,
         }
     }
 

@@ -1,6 +1,8 @@
 //! What an instrumented call costs: a gcc-built C library of tiny functions,
 //! patched in this process with the probe runtime's trampolines, beside the
-//! same body uninstrumented and under uprobe+uretprobe. Shared by the
+//! same body uninstrumented and under uprobe+uretprobe. The runtime is the
+//! shared library papirus-probe loads into targets, loaded here with
+//! `dlopen` (the tool does not link the runtime's hooks). Shared by the
 //! `probe` bench and `papirus-probe calibrate`'s rows, so both measure the
 //! same thing.
 //!
@@ -10,7 +12,9 @@
 //! symbols are turned into function pointers of the signatures [`SOURCE`]
 //! defines. It has no constructors, and it stays loaded until the
 //! [`Target`] is dropped, after every patch of it has been removed
-//! ([`Instrumented`] borrows the target).
+//! ([`Instrumented`] borrows the target). The runtime library stays loaded
+//! for the life of the process (its threads' tables and exit handlers point
+//! into it); its entry points are called with the signatures its C ABI defines.
 #![allow(unsafe_code)]
 
 use std::ffi::{CString, c_void};
@@ -19,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use papirus_probe_runtime as rt;
+use papirus_probe_abi::Probe;
 use papirus_substrate::elf::ElfFile;
 use papirus_substrate::{Counter, Target as CountTarget, parse_event};
 
@@ -105,9 +109,9 @@ pub enum CostError {
         /// The symbol.
         name: &'static str,
     },
-    /// The probe runtime refused a setting.
+    /// The probe runtime cannot be loaded or refused a setting.
     #[error("probe runtime: {0}")]
-    Runtime(#[from] rt::Error),
+    Runtime(String),
     /// Patching failed.
     #[error("patching tiny: {0}")]
     Patch(#[from] PatchError),
@@ -220,22 +224,27 @@ impl Target {
     }
 
     /// Patches [`Body::Patched`] with a trampoline to the probe runtime's
-    /// hooks (empty probe to start with; see [`rt::set_probe`]). The counters
-    /// probe reads task-clock; `counters` of the result says whether it can.
+    /// hooks (empty probe to start with; see [`Instrumented::set_probe`]).
+    /// The counters probe reads task-clock; `counters` of the result says
+    /// whether it can.
     ///
     /// The runtime is process-wide: call this on the thread that will make
     /// the calls, before it calls any instrumented function.
     pub fn instrument(&self) -> Result<Instrumented<'_>, CostError> {
-        rt::init(16, rt::Probe::Empty);
+        let rt = Runtime::get()?;
+        (rt.local_init)(16, 0);
         // Before this thread's first instrumented call, so its tables get a reader.
-        let counters = rt::set_events(&["task-clock"]).map_err(|e| e.to_string());
-        let id = rt::register_functions(&[Body::Patched.symbol()])?.start;
+        let events = "task-clock";
+        let counters = match (rt.set_events)(events.as_ptr(), events.len()) {
+            0 => Ok(()),
+            _ => Err(format!("the probe runtime refused the event {events}")),
+        };
         let spec = FunctionSpec {
             name: Body::Patched.symbol().into(),
             addr: self.bodies[Body::Patched as usize] as u64,
             size: self.size(Body::Patched)?,
-            hook: rt::hooks().enter,
-            arg: id,
+            hook: rt.enter,
+            arg: 0,
         };
         let mut patcher = Patcher::new(LocalSpace::new()?);
         let out = patcher.instrument(&[spec])?;
@@ -248,7 +257,7 @@ impl Target {
             let _ = patcher.remove_all();
             return Err(CostError::Refused("the patched function returns other results".into()));
         }
-        Ok(Instrumented { patcher, counters, _target: self })
+        Ok(Instrumented { patcher, counters, runtime: rt, _target: self })
     }
 
     /// Counting uprobe and uretprobe on `b`, for as long as the result lives.
@@ -275,15 +284,73 @@ impl Drop for Target {
     }
 }
 
+/// The probe runtime library loaded into this process, and its entry points.
+#[derive(Debug)]
+struct Runtime {
+    local_init: extern "C" fn(u64, u32) -> i64,
+    set_probe: extern "C" fn(u32),
+    set_events: extern "C" fn(*const u8, usize) -> i64,
+    enter: u64,
+}
+
+impl Runtime {
+    /// Loads the runtime once per process (it stays loaded).
+    fn get() -> Result<&'static Runtime, CostError> {
+        static RT: std::sync::OnceLock<Result<Runtime, String>> = std::sync::OnceLock::new();
+        RT.get_or_init(Runtime::load).as_ref().map_err(|e| CostError::Runtime(e.clone()))
+    }
+
+    fn load() -> Result<Runtime, String> {
+        let path = super::find_runtime().map_err(|e| e.to_string())?;
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: loads papirus' own runtime, which runs nothing when loaded.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if h.is_null() {
+            return Err(format!("{}: {}", path.display(), dlerror()));
+        }
+        let sym = |name: &str| -> Result<usize, String> {
+            let n = CString::new(name).map_err(|e| e.to_string())?;
+            // SAFETY: a lookup in the live handle just opened.
+            let p = unsafe { libc::dlsym(h, n.as_ptr()) };
+            if p.is_null() { Err(format!("{}: no symbol {name}", path.display())) } else { Ok(p as usize) }
+        };
+        let (init, probe, events) = (
+            sym("papirus_probe_local_init")?,
+            sym("papirus_probe_set_probe")?,
+            sym("papirus_probe_set_events")?,
+        );
+        // SAFETY: the runtime's C ABI (its cabi module) defines these signatures;
+        // the library is never unloaded.
+        unsafe {
+            Ok(Runtime {
+                local_init: std::mem::transmute::<usize, extern "C" fn(u64, u32) -> i64>(init),
+                set_probe: std::mem::transmute::<usize, extern "C" fn(u32)>(probe),
+                set_events: std::mem::transmute::<usize, extern "C" fn(*const u8, usize) -> i64>(events),
+                enter: sym("papirus_probe_enter")? as u64,
+            })
+        }
+    }
+}
+
 /// [`Body::Patched`] with its trampoline; removed on drop.
 #[derive(Debug)]
 pub struct Instrumented<'a> {
     patcher: Patcher<LocalSpace>,
     counters: Result<(), String>,
+    runtime: &'static Runtime,
     _target: &'a Target,
 }
 
 impl Instrumented<'_> {
+    /// Switches the runtime's probe for calls from now on.
+    pub fn set_probe(&self, probe: Probe) {
+        (self.runtime.set_probe)(match probe {
+            Probe::Empty => 0,
+            Probe::Wallclock => 1,
+            Probe::Counters => 2,
+        });
+    }
+
     /// Whether the counters probe can read task-clock here, or why not.
     pub fn counters(&self) -> Result<(), &str> {
         self.counters.as_ref().map(|_| ()).map_err(String::as_str)

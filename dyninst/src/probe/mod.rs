@@ -1,7 +1,8 @@
 //! The probe tool's work: choose a target's functions, load the probe
-//! runtime into it, patch the functions with trampolines that call the
-//! runtime, and read the report it writes (`papirus-probe run`, `attach`,
-//! `report`).
+//! runtime into it, start a session whose results segment the tool maps
+//! ([`results`]), patch the functions with trampolines that call the
+//! runtime, and write the report from the segment (`papirus-probe run`,
+//! `attach`, `report`). The target never writes a file for papirus.
 //!
 //! The runtime (`libpapirus_probe_runtime.so`) is found with no configuration
 //! at fixed places relative to the running executable, first hit wins (see
@@ -12,15 +13,15 @@ pub mod calibrate;
 pub mod cost;
 mod patching;
 mod report;
+mod results;
 mod run;
 mod select;
 
 use std::path::{Path, PathBuf};
 
-use nix::sys::mman::ProtFlags;
-pub use papirus_probe_runtime::{Probe, Report, Session};
+pub use papirus_probe_abi::{Probe, Report, Window};
 
-pub use attach::{AttachOptions, attach};
+pub use attach::{AttachOptions, AttachSummary, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
 pub use report::{NAME_WIDTH, ProbeCost, SortKey, View, format_report, format_summary};
@@ -103,12 +104,39 @@ pub enum ProbeError {
         globs: String,
     },
     /// The runtime refused its session inside the target.
-    #[error("the probe runtime in pid {pid} could not read its session {}: see the program's stderr", path.display())]
+    #[error("the probe runtime in pid {pid} could not start a session: {reason}")]
     Setup {
         /// The target.
         pid: i32,
-        /// The session file.
-        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// Another papirus-probe holds a session in the target.
+    #[error("pid {pid} is already instrumented by papirus-probe pid {owner}: wait for it to detach")]
+    Busy {
+        /// The target.
+        pid: i32,
+        /// The other tool's pid.
+        owner: u32,
+    },
+    /// A results segment that cannot be trusted.
+    #[error("the results segment of pid {pid} is unusable: {reason}")]
+    BadSegment {
+        /// The target.
+        pid: i32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The report cannot be written.
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
+    /// `run` could not instrument the program it started, so it killed it.
+    #[error("{reason}; the program (pid {pid}) was killed")]
+    Killed {
+        /// The program.
+        pid: i32,
+        /// Why instrumenting it failed.
+        reason: String,
     },
     /// An unknown probe name.
     #[error("unknown probe `{0}`: use wallclock, counters or empty")]
@@ -198,7 +226,7 @@ struct TargetHooks {
     unwind_begin: u64,
     catch: u64,
     setup: u64,
-    flush: u64,
+    teardown: u64,
 }
 
 impl TargetHooks {
@@ -210,44 +238,9 @@ impl TargetHooks {
             unwind_begin: f("papirus_probe_unwind_begin")?,
             catch: f("papirus_probe_catch")?,
             setup: f("papirus_probe_setup")?,
-            flush: f("papirus_probe_flush")?,
+            teardown: f("papirus_probe_teardown")?,
         })
     }
-}
-
-/// Writes the session file the runtime reads.
-fn write_session(
-    path: &Path,
-    probe: Probe,
-    events: &[String],
-    names: Vec<String>,
-    output: &Path,
-) -> Result<(), ProbeError> {
-    let session = Session {
-        format_version: papirus_probe_runtime::FORMAT_VERSION,
-        probe,
-        events: events.to_vec(),
-        functions: names,
-        output: std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf()),
-    };
-    let text = serde_json::to_string(&session).expect("sessions serialise");
-    std::fs::write(path, text).map_err(|source| ProbeError::Io {
-        op: "write session",
-        path: path.into(),
-        source,
-    })
-}
-
-/// Calls `func(path)` in the target with `path` copied into its memory; returns the result.
-fn call_with_path(p: &mut Process, func: u64, path: &Path) -> Result<u64, ProbeError> {
-    let mut bytes = path.as_os_str().as_encoded_bytes().to_vec();
-    bytes.push(0);
-    let page = p.mmap_anywhere(bytes.len() as u64, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
-    let r = p.write_memory(page, &bytes).and_then(|()| p.call(func, &[page]));
-    let unmapped = p.munmap(page, bytes.len() as u64);
-    let r = r?;
-    unmapped?;
-    Ok(r)
 }
 
 /// Prints what was instrumented and refused, to stderr (the program owns
@@ -281,17 +274,25 @@ pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
         path: path.into(),
         source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
-    let v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|source| ProbeError::BadReport { path: path.into(), source })?;
-    let found = v.get("format_version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
-    if found != papirus_probe_runtime::FORMAT_VERSION {
+    parse_report(path, text.as_bytes())
+}
+
+/// Parses a report into typed structs, checking its format version first.
+fn parse_report(path: &Path, bytes: &[u8]) -> Result<Report, ProbeError> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        format_version: u32,
+    }
+    let v: Version = serde_json::from_slice(bytes)
+        .map_err(|source| ProbeError::BadReport { path: path.into(), source })?;
+    if v.format_version != papirus_probe_abi::FORMAT_VERSION {
         return Err(ProbeError::ReportVersion {
             path: path.into(),
-            found,
-            expected: papirus_probe_runtime::FORMAT_VERSION,
+            found: v.format_version,
+            expected: papirus_probe_abi::FORMAT_VERSION,
         });
     }
-    serde_json::from_value(v).map_err(|source| ProbeError::BadReport { path: path.into(), source })
+    serde_json::from_slice(bytes).map_err(|source| ProbeError::BadReport { path: path.into(), source })
 }
 
 #[cfg(test)]

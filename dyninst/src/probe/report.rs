@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 
-use papirus_probe_runtime::{FunctionReport, Report};
+use papirus_probe_abi::{FunctionReport, Report};
 
 use super::escape;
 use super::select::is_internal_hook;
@@ -331,17 +331,25 @@ pub fn format_report(r: &Report, view: &View) -> String {
     header(&mut out, r, view);
     let mut clamped = false;
     for t in r.threads.iter().filter(|t| view.thread.is_none_or(|n| n == t.tid)) {
-        let _ = writeln!(out, "\nthread {}", t.tid);
+        if t.exited_threads > 0 {
+            let _ = writeln!(out, "\n{} exited threads of pid {}", t.exited_threads, t.pid);
+        } else {
+            let _ = writeln!(out, "\nthread {}", t.tid);
+        }
         let edges = edges_of(r, Some(t.tid));
         clamped |= table(&mut out, r, rows(r, &t.functions, &edges, view), view);
         if t.open > 0 {
             let _ = writeln!(out, "  open (unfinished) activations when the report was written: {}", t.open);
         }
-        if t.reentered + t.overflow + t.edge_overflow > 0 {
+        if t.overflow > 0 {
+            let _ =
+                writeln!(out, "  ({} calls deeper than the shadow stack: counted, not timed)", t.overflow);
+        }
+        if t.reentered + t.edge_overflow > 0 {
             let _ = writeln!(
                 out,
-                "  (uninstrumented: {} calls from signal handlers inside a hook, {} beyond the shadow-stack depth; {} caller pairs dropped)",
-                t.reentered, t.overflow, t.edge_overflow
+                "  (uninstrumented: {} calls from signal handlers inside a hook; {} caller pairs dropped)",
+                t.reentered, t.edge_overflow
             );
         }
         if let Some(e) = &t.counters_error {
@@ -465,7 +473,7 @@ pub(super) fn write_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use papirus_probe_runtime::{EdgeReport, FORMAT_VERSION, ThreadReport};
+    use papirus_probe_abi::{EdgeReport, FORMAT_VERSION, ThreadReport};
 
     fn report(names: &[&str], threads: Vec<ThreadReport>) -> Report {
         Report {
@@ -476,20 +484,14 @@ mod tests {
             events: vec![],
             functions: names.iter().map(|s| s.to_string()).collect(),
             threads,
+            window: Default::default(),
+            processes: Vec::new(),
+            unmeasured_threads: 0,
         }
     }
 
     fn thread(tid: u32, functions: Vec<FunctionReport>, callees: Vec<EdgeReport>) -> ThreadReport {
-        ThreadReport {
-            tid,
-            functions,
-            callees,
-            open: 0,
-            reentered: 0,
-            overflow: 0,
-            edge_overflow: 0,
-            counters_error: None,
-        }
+        ThreadReport { tid, functions, callees, ..Default::default() }
     }
 
     fn f(id: u32, calls: u64, incl: u64, excl: u64) -> FunctionReport {

@@ -246,6 +246,26 @@ impl Process {
         r.map(|()| d)
     }
 
+    /// Resumes every thread, detaching all but the leader, which stays traced
+    /// with only `options` for the caller to follow (its `execve`, its end)
+    /// without the window a detach and a new seize would leave.
+    pub fn resume_following(mut self, options: Options) -> Result<i32> {
+        let pid = self.pid;
+        let others: Vec<i32> = self.threads.keys().copied().filter(|&t| t != pid).collect();
+        for tid in others {
+            self.resume(tid, libc::PTRACE_DETACH)?;
+            self.threads.remove(&tid);
+        }
+        ptrace::setoptions(Pid::from_raw(pid), options).map_err(|errno| Error::Ptrace {
+            op: "PTRACE_SETOPTIONS",
+            tid: pid,
+            errno,
+        })?;
+        self.resume(pid, libc::PTRACE_CONT)?;
+        self.threads.clear();
+        Ok(pid)
+    }
+
     /// Resumes every thread for `pause`, then stops them all again (and any new thread).
     pub fn run_for(&mut self, pause: Duration) -> Result<()> {
         self.resume_all()?;

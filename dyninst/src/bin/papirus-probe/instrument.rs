@@ -8,7 +8,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use clap::Args;
 use papirus_calibrate::CostFile;
@@ -40,6 +40,10 @@ pub struct ProbeArgs {
     /// `main` names the main program. Default: the main program alone.
     #[arg(long, short, value_name = "M,…", value_delimiter = ',')]
     module: Vec<String>,
+    /// Report ended threads one by one (at most half the thread tables, the
+    /// oldest folded first) instead of folded into one entry per process.
+    #[arg(long)]
+    per_thread: bool,
     /// Write the JSON report to FILE (default: none kept; the profile is
     /// printed on stderr either way).
     #[arg(long, short, value_name = "FILE")]
@@ -230,42 +234,24 @@ pub struct ReportArgs {
     subtract_cost: bool,
 }
 
-/// Where the runtime writes the JSON report: `-o FILE`, or a file in a
+/// Where papirus-probe writes the JSON report: `-o FILE`, or a file in a
 /// private temporary directory that goes away with this value.
 struct ReportFile {
     path: PathBuf,
-    dir: Option<tempfile::TempDir>,
+    /// Removed, with the report in it, when this value drops.
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl ReportFile {
-    /// With `writer`, the running process whose runtime writes the report:
-    /// the directory becomes its user's, who may be another than ours.
-    fn new(output: Option<&Path>, writer: Option<i32>) -> Result<ReportFile, Failure> {
+    fn new(output: Option<&Path>) -> Result<ReportFile, Failure> {
         Ok(match output {
-            Some(p) => ReportFile { path: p.to_path_buf(), dir: None },
+            Some(p) => ReportFile { path: p.to_path_buf(), _dir: None },
             None => {
                 let dir = tempfile::Builder::new().prefix("papirus-probe-").tempdir()?;
-                if let Some(pid) = writer {
-                    give_to(dir.path(), pid)?;
-                }
-                ReportFile { path: dir.path().join("report.json"), dir: Some(dir) }
+                ReportFile { path: dir.path().join("report.json"), _dir: Some(dir) }
             }
         })
     }
-}
-
-/// Gives `dir` to the user and group process `pid` runs as (the owner of
-/// `/proc/PID`), unless they are ours already.
-fn give_to(dir: &Path, pid: i32) -> Result<(), Failure> {
-    use std::os::unix::fs::MetadataExt;
-    let proc = std::fs::metadata(format!("/proc/{pid}")).map_err(|e| format!("pid {pid}: {e}"))?;
-    let ours = std::fs::metadata(dir)?;
-    if (proc.uid(), proc.gid()) != (ours.uid(), ours.gid()) {
-        std::os::unix::fs::chown(dir, Some(proc.uid()), Some(proc.gid())).map_err(|e| {
-            format!("cannot give the report directory to pid {pid}'s user {}: {e}; give -o FILE in a directory it can write", proc.uid())
-        })?;
-    }
-    Ok(())
 }
 
 /// The `--costs` file, read before the run so a bad one costs no run.
@@ -307,50 +293,26 @@ fn show(
     if let Some(o) = &probe.output {
         view.notes.push(("JSON report".into(), o.display().to_string()));
     }
-    // A forked child's runtime writes `<report>.<pid>` beside it.
-    if let Some(dir) = &file.dir {
-        let children = std::fs::read_dir(dir.path()).map_or(0, |d| {
-            d.filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().starts_with("report.json."))
-                .count()
-        });
-        if children > 0 {
-            view.notes.push((
-                "forked children".into(),
-                format!(
-                    "{children} wrote reports of their own, not shown: keep them with -o FILE (FILE.PID)"
-                ),
-            ));
+    view.notes.push(window_note(&r.window));
+    if r.processes.len() > 1 {
+        for p in &r.processes {
+            view.notes.push(("process".into(), format!("pid {} (parent {}): {}", p.pid, p.parent, p.ended)));
         }
     }
     let text = if full { probe::format_report(&r, &view) } else { probe::format_summary(&r, &view) };
     output::stderr(&text)
 }
 
-/// The span papirus-probe saw a run or attachment take, by its own clocks
-/// (patching included): a header line until reports carry their own window.
-struct Window {
-    wall: SystemTime,
-    mono: Instant,
-}
-
-impl Window {
-    fn start() -> Window {
-        Window { wall: SystemTime::now(), mono: Instant::now() }
-    }
-
-    fn note(&self, what: &str) -> (String, String) {
-        let took = self.mono.elapsed();
-        let start = self.wall.duration_since(UNIX_EPOCH).unwrap_or_default();
-        let end = start + took;
-        let value = format!(
-            "{what}, {:.6} s, Unix time {:.6} to {:.6} (papirus-probe's clock, patching included)",
-            took.as_secs_f64(),
-            start.as_secs_f64(),
-            end.as_secs_f64()
-        );
-        ("window".into(), value)
-    }
+/// The report's measurement window as a header line.
+fn window_note(w: &probe::Window) -> (String, String) {
+    let secs = |ns: u64| ns as f64 / 1e9;
+    let value = format!(
+        "{:.6} s, Unix time {:.6} to {:.6}",
+        secs(w.duration_ns),
+        secs(w.start_unix_ns),
+        secs(w.end_unix_ns)
+    );
+    ("window".into(), value)
 }
 
 /// The exit status that passes on how the target ended.
@@ -366,7 +328,7 @@ fn status_of(exit: Exit) -> Result<u8, Failure> {
 pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref(), None)?;
+    let file = ReportFile::new(args.probe.output.as_deref())?;
     let opts = RunOptions {
         probe: p,
         events: args.probe.events.clone(),
@@ -375,23 +337,14 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         program: PathBuf::from(&args.command[0]),
         args: args.command[1..].to_vec(),
         runtime,
+        per_thread: args.probe.per_thread,
     };
-    let window = Window::start();
     let s = probe::run(&opts)?;
     let mut view = args.view.view(None);
-    view.notes.push(("target".into(), format!("pid {}, {}", s.pid, s.exit)));
-    view.notes.push(window.note("start to exit"));
-    match show(&file, costs, &args.probe, view, args.full) {
-        Ok(()) => {}
-        // The runtime writes its report at exit: a program killed by a signal
-        // leaves none. Its status still passes on.
-        Err(_) if matches!(s.exit, Exit::Signal(_)) && !file.path.exists() => note(&format!(
-            "papirus-probe: warning: no profile: pid {} was {} before the probe runtime wrote its report",
-            s.pid, s.exit
-        )),
-        Err(e) if e.is::<output::OutputError>() => return Err(e),
-        Err(e) => return Err(format!("pid {} {}, but its profile is lost: {e}", s.pid, s.exit).into()),
-    }
+    let ended = if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() };
+    view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
+    view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
+    show(&file, costs, &args.probe, view, args.full)?;
     status_of(s.exit)
 }
 
@@ -401,7 +354,7 @@ static STOP: AtomicBool = AtomicBool::new(false);
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref(), Some(args.pid))?;
+    let file = ReportFile::new(args.probe.output.as_deref())?;
     let duration = args.duration;
     if duration.is_none() {
         // Ctrl-C is taken by a thread waiting for it, so it ends the
@@ -424,12 +377,15 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         output: file.path.clone(),
         duration,
         runtime,
+        per_thread: args.probe.per_thread,
     };
-    let window = Window::start();
-    probe::attach(&opts, &STOP)?;
+    let s = probe::attach(&opts, &STOP)?;
     let mut view = args.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
-    view.notes.push(window.note("attach to detach"));
+    for c in &s.children {
+        view.notes.push(("restored child".into(), format!("pid {c}, forked during the measurement")));
+    }
+    view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
     show(&file, costs, &args.probe, view, args.full)?;
     Ok(0)
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the report format; bumped on any incompatible change.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A probe run's results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -23,15 +23,63 @@ pub struct Report {
     pub events: Vec<String>,
     /// Function names; a function's id is its index.
     pub functions: Vec<String>,
-    /// One entry per thread that called an instrumented function, including exited threads.
+    /// Live threads that called an instrumented function, then per process
+    /// one entry folding every exited thread (`exited_threads` > 0, `tid` 0).
     pub threads: Vec<ThreadReport>,
+    /// When the measurement ran.
+    #[serde(default)]
+    pub window: Window,
+    /// Every process of the measured tree: the target first, then forked children.
+    #[serde(default)]
+    pub processes: Vec<ProcessReport>,
+    /// Threads that found no free table in the results segment (their calls were not measured).
+    #[serde(default)]
+    pub unmeasured_threads: u64,
+}
+
+/// The measurement window, in the tool's clocks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Window {
+    /// Start, nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+    /// End (when the figures were read), nanoseconds since the Unix epoch.
+    pub end_unix_ns: u64,
+    /// Duration on CLOCK_MONOTONIC.
+    pub duration_ns: u64,
+}
+
+/// One process of the measured tree.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProcessReport {
+    /// Process id.
+    pub pid: u32,
+    /// Parent's process id.
+    pub parent: u32,
+    /// How its measurement ended: `exit code 0`, `killed by SIGKILL`,
+    /// `execve`, `detached`, `running`, `ended` (not our child: status unknown).
+    pub ended: String,
+    /// Threads whose figures were folded into the process' exited-threads entry.
+    pub exited_threads: u64,
 }
 
 /// One thread's results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThreadReport {
-    /// Kernel thread id.
+    /// Kernel thread id (0 for the folded figures of exited threads).
     pub tid: u32,
+    /// Process the thread belongs to.
+    #[serde(default)]
+    pub pid: u32,
+    /// 0 for one thread; else how many exited threads these figures fold together.
+    #[serde(default)]
+    pub exited_threads: u64,
+    /// This one thread has ended (its figures kept per thread on request).
+    #[serde(default)]
+    pub ended: bool,
+    /// The figures were sampled while the thread kept writing them (each
+    /// figure is whole, they may mix two moments).
+    #[serde(default)]
+    pub torn: bool,
     /// Functions called at least once.
     pub functions: Vec<FunctionReport>,
     /// Caller → callee inclusive table (one level).
@@ -40,7 +88,7 @@ pub struct ThreadReport {
     pub open: u64,
     /// Calls made from a signal handler that interrupted a probe hook, left uninstrumented.
     pub reentered: u64,
-    /// Calls left uninstrumented because the shadow stack was full.
+    /// Calls made deeper than the shadow stack: counted in `calls`, not timed.
     pub overflow: u64,
     /// Caller → callee pairs dropped because the thread's pair table was full.
     pub edge_overflow: u64,
@@ -159,11 +207,7 @@ mod tests {
             tid,
             functions,
             callees: vec![EdgeReport { caller: 0, callee: 1, calls: 3, incl_ticks: 30 }],
-            open: 0,
-            reentered: 0,
-            overflow: 0,
-            edge_overflow: 0,
-            counters_error: None,
+            ..Default::default()
         }
     }
 
@@ -179,6 +223,9 @@ mod tests {
                 thread(1, vec![f(0, 1, 100, 100, 100), f(1, 3, 30, 5, 20)]),
                 thread(2, vec![f(1, 2, 40, 7, 33)]),
             ],
+            window: Window::default(),
+            processes: vec![],
+            unmeasured_threads: 0,
         }
     }
 

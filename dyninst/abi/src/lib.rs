@@ -1,0 +1,162 @@
+//! papirus-probe-abi: what the probe tool and the probe runtime inside the
+//! target share, and nothing else (no hooks, no unsafe code).
+//!
+//! - [`Session`]: the blob the tool writes into the target's memory and hands
+//!   to `papirus_probe_setup` by a remote call.
+//! - [`layout`]: the results segment, a sealed memfd the runtime creates and
+//!   lays its tables in, and the tool maps read-only ([`segment`] reads it).
+//! - [`report`]: the JSON report the tool writes.
+#![deny(unsafe_code)]
+
+pub mod layout;
+pub mod report;
+pub mod segment;
+
+use serde::{Deserialize, Serialize};
+
+pub use report::{EdgeReport, FORMAT_VERSION, FunctionReport, ProcessReport, Report, ThreadReport, Window};
+
+/// What the hooks measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Probe {
+    /// Counts calls and tracks returns, takes no timestamps (the probe's own cost floor).
+    Empty,
+    /// Real time from the TSC.
+    Wallclock,
+    /// Real time plus counter events, read per thread.
+    Counters,
+}
+
+impl Probe {
+    /// The probe's name in reports and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Probe::Empty => "empty",
+            Probe::Wallclock => "wallclock",
+            Probe::Counters => "counters",
+        }
+    }
+}
+
+/// Version of [`Session`]; the runtime refuses any other.
+pub const SESSION_VERSION: u32 = 1;
+/// Largest session blob the runtime reads.
+pub const SESSION_MAX_BYTES: usize = 64 << 10;
+
+/// The session blob (JSON) the tool writes into the target: attributes only,
+/// never names or paths.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Session {
+    /// [`SESSION_VERSION`] of the writer.
+    pub version: u32,
+    /// The probe.
+    pub probe: Probe,
+    /// Instrumented functions; ids are `0..functions`.
+    pub functions: u64,
+    /// Counter events of the counters probe, resolved by the tool (the
+    /// runtime reads no sysfs file to open them).
+    #[serde(default)]
+    pub events: Vec<EventSpec>,
+    /// Thread tables in the segment: threads alive at once that can be measured.
+    pub slots: u64,
+    /// Process records: the target and the children it forks.
+    pub processes: u64,
+    /// The tool's process id (named to a second tool that tries to attach).
+    pub tool_pid: u32,
+    /// Keep ended threads' figures per thread (up to half the slots, the
+    /// oldest folded first) instead of folding them at once.
+    #[serde(default)]
+    pub per_thread: bool,
+}
+
+impl Session {
+    /// Encodes the blob.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    /// Decodes a blob, refusing other versions and oversized input.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Session, SetupCode> {
+        if bytes.len() > SESSION_MAX_BYTES {
+            return Err(SetupCode::BadSession);
+        }
+        let s: Session = serde_json::from_slice(bytes).map_err(|_| SetupCode::BadSession)?;
+        if s.version != SESSION_VERSION {
+            return Err(SetupCode::BadSession);
+        }
+        Ok(s)
+    }
+}
+
+/// A counter event as perf_event_open takes it, resolved from its name by the tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventSpec {
+    /// The name (for messages and the report).
+    pub name: String,
+    /// papirus-substrate's kind: 0 hardware, 1 software, 2 tracepoint, 3 breakpoint, 4 dynamic PMU.
+    pub kind: u8,
+    /// PMU type.
+    pub type_: u32,
+    /// `config`.
+    pub config: u64,
+    /// `config1` (for a uprobe, the kernel's pointer to `uprobe_path` is set by the runtime).
+    pub config1: u64,
+    /// `config2`.
+    pub config2: u64,
+    /// Breakpoint type.
+    pub bp_type: u32,
+    /// Count user code.
+    pub user: bool,
+    /// Count kernel code.
+    pub kernel: bool,
+    /// Count the hypervisor.
+    pub hypervisor: bool,
+    /// A uprobe's file.
+    #[serde(default)]
+    pub uprobe_path: Option<Vec<u8>>,
+}
+
+/// Why `papirus_probe_setup` failed: its negative return value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i64)]
+pub enum SetupCode {
+    /// The blob does not parse, is too large or of another version.
+    BadSession = -1,
+    /// The segment's geometry overflows or exceeds the limits of [`layout`].
+    Geometry = -2,
+    /// memfd_create, ftruncate, sealing or mmap failed in the target.
+    Memory = -3,
+    /// A counter event the target's kernel refuses or papirus cannot parse.
+    Events = -4,
+    /// A session is already active in this process; see [`SetupCode::active_owner`].
+    Active = -5,
+}
+
+/// Set-up returns `-(ACTIVE_BASE + pid)` when the tool `pid` holds a session.
+pub const ACTIVE_BASE: i64 = 1 << 32;
+
+impl SetupCode {
+    /// The code for a negative return value.
+    pub fn from_return(v: i64) -> Option<SetupCode> {
+        [SetupCode::BadSession, SetupCode::Geometry, SetupCode::Memory, SetupCode::Events, SetupCode::Active]
+            .into_iter()
+            .find(|c| *c as i64 == v)
+    }
+
+    /// The pid of the tool holding the session, from set-up's return value.
+    pub fn active_owner(v: i64) -> Option<u32> {
+        (v <= -ACTIVE_BASE).then(|| (-(v + ACTIVE_BASE)) as u32)
+    }
+
+    /// What it means for the user.
+    pub fn describe(self) -> &'static str {
+        match self {
+            SetupCode::BadSession => "the runtime refused the session blob (another papirus version?)",
+            SetupCode::Geometry => "the results segment would be too large for this many functions",
+            SetupCode::Memory => "the target could not create or seal its results segment (memfd)",
+            SetupCode::Events => "the target cannot open the counter events",
+            SetupCode::Active => "a papirus session is already active in this process",
+        }
+    }
+}
