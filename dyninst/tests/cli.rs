@@ -136,18 +136,18 @@ fn exit_status_is_the_programs_own() {
         // Nothing of papirus on the program's stdout.
         assert_eq!(text(&o.stdout), "cli_program output\n", "{how}: {err}");
         assert!(err.contains("instrumented 3 functions"), "{how}: {err}");
-        // The profile when the runtime could write one; a warning saying so otherwise.
-        assert!(err.contains("main_twice") || err.contains("no profile"), "{how}: {err}");
+        // papirus-probe reads the results itself, however the program ended.
+        assert!(err.contains("main_twice"), "{how}: {err}");
     }
 }
 
 #[test]
-fn forked_children_reports_are_mentioned() {
+fn forked_children_are_listed_as_processes() {
     let b = build();
     let o = probe().args(["run", "--"]).arg(&b.program).arg("fork").output().unwrap();
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("forked children: 1 wrote reports"), "{err}");
+    assert_eq!(err.matches("\n  process: pid ").count(), 2, "{err}");
 }
 
 #[test]
@@ -373,7 +373,7 @@ fn printed_reports_keep_inclusive_above_exclusive() {
     assert_consistent("probe_program", &err);
     assert!(err.contains("all threads (sums across threads"), "{err}");
     assert!(err.contains("fib -> fib:") && err.contains("recursive"), "{err}");
-    assert!(err.contains("window: start to exit, "), "{err}");
+    assert!(err.contains("\n  window: ") && err.contains(" s, Unix time "), "{err}");
     // An attach window: activations open when it begins and ends.
     let b = build();
     let mut target = Command::new(&b.program).arg("loop").stdout(Stdio::null()).spawn().unwrap();
@@ -384,7 +384,7 @@ fn printed_reports_keep_inclusive_above_exclusive() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert_consistent("attach window", &err);
-    assert!(err.contains("window: attach to detach, "), "{err}");
+    assert!(err.contains("\n  window: ") && err.contains("detached, left running"), "{err}");
 }
 
 #[test]
