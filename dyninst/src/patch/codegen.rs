@@ -64,24 +64,48 @@ fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, Iced
     a.add(al, 0x7f)?; // OF = the saved seto bit
     a.sahf()?;
     a.pop(rax)?;
-    for i in &plan.moved {
-        relocate(&mut a, i)?;
+    for (k, i) in plan.moved.iter().enumerate() {
+        relocate(&mut a, plan, k, i)?;
     }
-    a.jmp(plan.resume())?;
+    let falls_through = plan.moved.last().is_none_or(|i| {
+        !matches!(
+            i.flow_control(),
+            FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+        )
+    });
+    if falls_through {
+        a.jmp(plan.resume())?;
+    }
     a.set_label(&mut hook_ptr)?;
     a.dq(&[hook])?;
     a.assemble(ip)
 }
 
-/// Adds one displaced instruction. BlockEncoder fixes RIP-relative operands
-/// and relative branches for the new address. A call (only ever the last
-/// displaced instruction) becomes "push the original return address; jmp":
-/// the callee returns into the original code, whose unwind tables cover the
-/// return address, rather than into the trampoline.
-fn relocate(a: &mut CodeAssembler, i: &Instruction) -> Result<(), IcedError> {
+/// Base of the stand-in addresses displaced instructions carry inside the
+/// block encoder: non-canonical, so no data operand or branch of the program
+/// can ever name one.
+const COPY_IP: u64 = 0x8000_0000_0000_0000;
+
+/// Adds displaced instruction `k` of `plan`.
+///
+/// iced's BlockEncoder maps every target equal to a block instruction's IP
+/// onto that instruction's new position, data operands included: fed the
+/// original IPs, `lea rax,[rip-7]` (a function taking its own address) would
+/// point into the trampoline. So each displaced instruction carries a
+/// stand-in IP ([`COPY_IP`] + k) that no operand names; RIP-relative data
+/// operands keep their original absolute targets, and only branches from
+/// the displaced code to a displaced instruction are pointed at the copy
+/// (a loop back to the entry re-runs the copy without re-entering the hook).
+///
+/// A call (only ever the last displaced instruction of a prologue) becomes
+/// "push the original return address; jmp": the callee returns into the
+/// original code, whose unwind tables cover the return address, rather than
+/// into the trampoline.
+fn relocate(a: &mut CodeAssembler, plan: &EntryPlan, k: usize, i: &Instruction) -> Result<(), IcedError> {
+    let mut j = *i;
+    j.set_ip(COPY_IP + k as u64);
     if matches!(i.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
         let ret = i.next_ip();
-        let mut j = *i;
         j.set_code(if i.code() == Code::Call_rel32_64 { Code::Jmp_rel32_64 } else { Code::Jmp_rm64 });
         a.lea(rsp, qword_ptr(rsp - 8))?;
         a.mov(dword_ptr(rsp), ret as u32)?;
@@ -89,7 +113,12 @@ fn relocate(a: &mut CodeAssembler, i: &Instruction) -> Result<(), IcedError> {
         a.add_instruction(j)?;
         return Ok(());
     }
-    a.add_instruction(*i)?;
+    if matches!(i.flow_control(), FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch)
+        && let Some(to) = plan.moved.iter().position(|m| m.ip() == i.near_branch_target())
+    {
+        j.set_near_branch64(COPY_IP + to as u64);
+    }
+    a.add_instruction(j)?;
     Ok(())
 }
 
@@ -118,7 +147,7 @@ mod tests {
     fn relocates_rip_relative_operands() {
         let f = 0x7000_0000_1000u64;
         // mov rax,[rip+0x100]; ret
-        let p = plan(&[0x48, 0x8b, 0x05, 0x00, 0x01, 0, 0, 0xc3], f).unwrap();
+        let p = plan(&[0x48, 0x8b, 0x05, 0x00, 0x01, 0, 0, 0xc3], 8, f).unwrap();
         let tip = f + 0x10_0000;
         let bytes = entry_trampoline(&p, tip, 0x1234_5678_9abc, 7).unwrap();
         let insns = decode(&bytes, tip);
@@ -141,7 +170,7 @@ mod tests {
     fn a_displaced_call_returns_to_the_original_code() {
         let f = 0x7000_0000_1000u64;
         // push rbx; call +0x40; ret
-        let p = plan(&[0x53, 0xe8, 0x40, 0, 0, 0, 0xc3], f).unwrap();
+        let p = plan(&[0x53, 0xe8, 0x40, 0, 0, 0, 0xc3], 7, f).unwrap();
         let tip = f - 0x10_0000;
         let insns = decode(&entry_trampoline(&p, tip, 1, 0).unwrap(), tip);
         let jmps: Vec<_> = insns.iter().filter(|i| i.mnemonic() == Mnemonic::Jmp).collect();
@@ -153,5 +182,48 @@ mod tests {
         assert_eq!(pushed[0].immediate32(), (f + 6) as u32);
         assert_eq!(pushed[1].immediate32(), ((f + 6) >> 32) as u32);
         assert!(insns.iter().all(|i| i.mnemonic() != Mnemonic::Call || i.is_ip_rel_memory_operand()));
+    }
+
+    #[test]
+    fn data_targets_inside_the_displaced_bytes_keep_their_address() {
+        let f = 0x7000_0000_1000u64;
+        let tip = f + 0x10_0000;
+        // lea rax,[rip-7] (the function's own address); lea rcx,[rip+0]; ret
+        let code = [0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff, 0x48, 0x8d, 0x0d, 0, 0, 0, 0, 0xc3];
+        let p = plan(&code, code.len(), f).unwrap();
+        assert_eq!(p.moved.len(), 1);
+        let insns = decode(&entry_trampoline(&p, tip, 1, 0).unwrap(), tip);
+        let leas: Vec<_> =
+            insns.iter().filter(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand()).collect();
+        assert_eq!(leas.len(), 1);
+        assert_eq!(leas[0].ip_rel_memory_address(), f, "the function's own address");
+        // Moved whole (a ret within 5 bytes): jne +1; ret; lea rax,[rip-10]; ret.
+        let code = [0x75, 0x01, 0xc3, 0x48, 0x8d, 0x05, 0xf6, 0xff, 0xff, 0xff, 0xc3];
+        let p = plan(&code, code.len(), f).unwrap();
+        assert_eq!(p.tactic, crate::patch::Tactic::Whole);
+        let insns = decode(&entry_trampoline(&p, tip, 1, 0).unwrap(), tip);
+        let lea =
+            insns.iter().find(|i| i.mnemonic() == Mnemonic::Lea && i.is_ip_rel_memory_operand()).unwrap();
+        assert_eq!(lea.ip_rel_memory_address(), f);
+        let jne = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jne).unwrap();
+        assert_eq!(jne.near_branch_target(), lea.ip(), "the inner branch lands in the copy");
+        assert!(
+            insns.iter().all(|i| i.mnemonic() != Mnemonic::Jmp),
+            "a function moved whole never jumps back"
+        );
+    }
+
+    #[test]
+    fn a_loop_inside_a_whole_function_stays_in_the_copy() {
+        let f = 0x7000_0000_1000u64;
+        let tip = f + 0x10_0000;
+        // dec edi; jne -4 (to +0); ret
+        let code = [0xff, 0xcf, 0x75, 0xfc, 0xc3, 0x90, 0x90, 0x90];
+        let p = plan(&code, 5, f).unwrap();
+        let bytes = entry_trampoline(&p, tip, 1, 0).unwrap();
+        let insns = decode(&bytes, tip);
+        let dec = insns.iter().find(|i| i.mnemonic() == Mnemonic::Dec).unwrap();
+        let jne = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jne).unwrap();
+        assert_eq!(jne.near_branch_target(), dec.ip(), "back to the copy, not to the hooked entry");
     }
 }

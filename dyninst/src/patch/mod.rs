@@ -18,7 +18,7 @@ pub mod arena;
 pub mod codegen;
 pub mod space;
 
-pub use analyze::{EntryPlan, Refusal};
+pub use analyze::{EntryPlan, Refusal, Tactic};
 pub use arena::Arena;
 pub use space::{AddressSpace, LocalSpace};
 
@@ -123,6 +123,100 @@ pub struct Outcome {
     pub installed: Vec<Installed>,
     /// Functions refused.
     pub refused: Vec<Refused>,
+    /// How long the target was held stopped for this batch (for
+    /// [`Patcher::instrument`] alone: the time it took).
+    pub window: std::time::Duration,
+}
+
+/// The patcher's decision for one function whose body is `code[..size]`
+/// (`code` may run on past it: see [`analyze::plan`]). `papirus-probe list
+/// --patchable` asks the same question of the file's bytes.
+pub fn decide(name: &str, code: &[u8], size: u64, addr: u64) -> Result<EntryPlan, Refusal> {
+    if name.contains(".cold") {
+        return Err(Refusal::NotAnEntry);
+    }
+    analyze::plan(code, size as usize, addr)
+}
+
+/// Bytes read past a function's end: enough for its alignment padding.
+const TAIL: u64 = analyze::PADDING_MAX as u64;
+/// Functions closer than this share one read.
+const READ_GAP: u64 = 4096;
+/// Longest single read.
+const READ_MAX: u64 = 16 << 20;
+
+/// The code of a batch's functions, read in as few reads as possible.
+#[derive(Debug, Default)]
+struct CodeCache {
+    /// (address, bytes), sorted, disjoint.
+    chunks: Vec<(u64, Vec<u8>)>,
+}
+
+impl CodeCache {
+    fn read<S: AddressSpace>(space: &mut S, funcs: &[FunctionSpec]) -> Result<CodeCache, PatchError> {
+        let mut spans: Vec<(u64, u64)> =
+            funcs.iter().map(|f| (f.addr, f.addr.saturating_add(f.size).saturating_add(TAIL))).collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in spans {
+            match merged.last_mut() {
+                Some(m) if a <= m.1.saturating_add(READ_GAP) && b.max(m.1) - m.0 <= READ_MAX => {
+                    m.1 = m.1.max(b)
+                }
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut cache = CodeCache::default();
+        for (a, b) in merged {
+            let mut buf = vec![0; (b - a) as usize];
+            if space.read(a, &mut buf).is_ok() {
+                cache.chunks.push((a, buf));
+                continue;
+            }
+            // A hole in the span (or the tail past the last mapped page):
+            // read each function alone, its padding where readable.
+            for f in funcs.iter().filter(|f| (a..b).contains(&f.addr)) {
+                let mut body = vec![0; f.size as usize];
+                space.read(f.addr, &mut body)?;
+                let mut tail = vec![0; TAIL as usize];
+                if space.read(f.addr + f.size, &mut tail).is_ok() {
+                    body.extend_from_slice(&tail);
+                }
+                cache.chunks.push((f.addr, body));
+            }
+        }
+        cache.chunks.sort_by_key(|c| c.0);
+        Ok(cache)
+    }
+
+    /// At least `len` bytes at `addr` (more when cached: what follows them).
+    fn get(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let i = self.chunks.partition_point(|c| c.0 <= addr).checked_sub(1)?;
+        let (base, bytes) = &self.chunks[i];
+        let from = (addr - base) as usize;
+        (from as u64 + len <= bytes.len() as u64).then(|| &bytes[from..])
+    }
+}
+
+/// Jumps (sorted by address) merged into writes: jumps closer than a page
+/// share one write, the code between them rewritten unchanged from `code`.
+fn merge_writes(jumps: &[(u64, Vec<u8>)], code: &CodeCache) -> Vec<(u64, Vec<u8>)> {
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (at, bytes) in jumps {
+        if let Some((start, buf)) = out.last_mut() {
+            let end = *start + buf.len() as u64;
+            if *at >= end
+                && *at - end < READ_GAP
+                && let Some(gap) = code.get(end, *at - end)
+            {
+                buf.extend_from_slice(&gap[..(*at - end) as usize]);
+                buf.extend_from_slice(bytes);
+                continue;
+            }
+        }
+        out.push((*at, bytes.clone()));
+    }
+    out
 }
 
 /// Patches functions of one address space.
@@ -178,25 +272,31 @@ impl<S: AddressSpace> Patcher<S> {
     /// that cannot be patched are returned as refused; an error means the
     /// target could not be read or written, and nothing of this batch's jumps
     /// was written.
+    ///
+    /// System calls are batched for a stopped target: code is read in one
+    /// read per run of nearby functions, each arena's new trampolines go in
+    /// one write, and the jumps in one write per run of nearby jumps.
     pub fn instrument(&mut self, funcs: &[FunctionSpec]) -> Result<Outcome, PatchError> {
+        let started = std::time::Instant::now();
         let mut out = Outcome::default();
-        let mut jumps = Vec::new();
+        let code = CodeCache::read(&mut self.space, funcs)?;
+        let mut jumps: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Per arena touched: where this batch's trampolines start, and their bytes.
+        let mut runs: Vec<(usize, u64, Vec<u8>)> = Vec::new();
         for f in funcs {
             let refuse = |reason| Refused { name: f.name.clone(), addr: f.addr, reason };
-            if f.name.contains(".cold") {
-                out.refused.push(refuse(Refusal::NotAnEntry));
+            let Some(bytes) = code.get(f.addr, f.size) else {
+                out.refused.push(refuse(Refusal::Undecodable { offset: 0 }));
                 continue;
-            }
-            let mut code = vec![0; f.size as usize];
-            self.space.read(f.addr, &mut code)?;
-            let plan = match analyze::plan(&code, f.addr) {
+            };
+            let plan = match decide(&f.name, bytes, f.size, f.addr) {
                 Ok(p) => p,
                 Err(r) => {
                     out.refused.push(refuse(r));
                     continue;
                 }
             };
-            if self.pcs.iter().any(|&pc| pc > plan.at && pc < plan.resume()) {
+            if self.pcs.iter().any(|&pc| pc > plan.at && pc < plan.busy_end) {
                 out.refused.push(refuse(Refusal::ThreadInside));
                 continue;
             }
@@ -222,7 +322,17 @@ impl<S: AddressSpace> Patcher<S> {
                 out.refused.push(refuse(Refusal::Relocation("trampoline out of rel32 reach".into())));
                 continue;
             };
-            self.space.write_code(tramp, &bytes)?;
+            let run = match runs.iter().position(|r| r.0 == arena) {
+                Some(i) => i,
+                None => {
+                    runs.push((arena, tramp, Vec::new()));
+                    runs.len() - 1
+                }
+            };
+            let len = (bytes.len() as u64).next_multiple_of(16);
+            let (_, start, buf) = &mut runs[run];
+            buf.extend_from_slice(&bytes);
+            buf.resize((tramp + len - *start) as usize, 0xcc);
             self.arenas[arena].commit(bytes.len() as u64);
             jumps.push((plan.at, jump));
             out.installed.push(Installed {
@@ -232,16 +342,25 @@ impl<S: AddressSpace> Patcher<S> {
                 trampoline: tramp,
             });
         }
-        for (i, (at, jump)) in jumps.iter().enumerate() {
-            if let Err(e) = self.space.write_code(*at, jump) {
+        for (_, at, bytes) in &runs {
+            self.space.write_code(*at, bytes)?;
+        }
+        jumps.sort_by_key(|j| j.0);
+        let writes = merge_writes(&jumps, &code);
+        for (k, (at, bytes)) in writes.iter().enumerate() {
+            if let Err(e) = self.space.write_code(*at, bytes) {
                 // Leave nothing half-done: undo this batch's jumps.
-                for inst in &out.installed[..i] {
-                    let _ = self.space.write_code(inst.at, &inst.original);
+                for (at, bytes) in &writes[..k] {
+                    let original = code.get(*at, bytes.len() as u64).map(|b| b[..bytes.len()].to_vec());
+                    if let Some(o) = original {
+                        let _ = self.space.write_code(*at, &o);
+                    }
                 }
                 return Err(e);
             }
         }
         self.installed.extend(out.installed.iter().cloned());
+        out.window = started.elapsed();
         Ok(out)
     }
 
