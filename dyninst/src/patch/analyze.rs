@@ -48,6 +48,12 @@ pub enum Refusal {
         /// Offset of its target.
         to: u64,
     },
+    /// Another symbol starts inside the bytes the jump would overwrite: code may enter there.
+    #[error("another symbol starts at +{offset:#x}, inside the bytes the jump overwrites")]
+    SymbolInside {
+        /// Its offset from the function start.
+        offset: u64,
+    },
     /// A PLT stub: the function it jumps to is the one to instrument.
     #[error("a PLT stub (`jmp [rip+…]`): instrument the function it jumps to instead")]
     PltStub,
@@ -265,21 +271,25 @@ fn plan_prologue(code: &[u8], skip: usize, func: u64) -> Result<EntryPlan, Refus
 /// Plans [`Tactic::Whole`] for `body` (after any `endbr64`) at `at`, with
 /// `after` the bytes behind it up to the next symbol.
 fn plan_whole(body: &[u8], after: &[u8], at: u64, func: u64) -> Result<EntryPlan, Refusal> {
-    let body_len = body.len() as u64;
-    let pad = padding(after);
-    if body_len + pad < JMP_LEN {
-        return Err(Refusal::TooShort { len: body_len + pad });
-    }
-    let moved: Vec<Instruction> = Decoder::with_ip(64, body, at, DecoderOptions::NONE).into_iter().collect();
-    let Some(last) = moved.last() else {
-        return Err(Refusal::TooShort { len: 0 });
-    };
+    let mut moved: Vec<Instruction> =
+        Decoder::with_ip(64, body, at, DecoderOptions::NONE).into_iter().collect();
     if let Some(i) = moved.iter().find(|i| i.is_invalid()) {
         return Err(Refusal::Undecodable { offset: i.ip() - func });
     }
-    if last.next_ip() != at + body_len {
-        return Err(Refusal::Undecodable { offset: last.ip() - func });
+    // Alignment padding inside the symbol's size counts as padding too.
+    let used = moved.iter().rposition(|i| !matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3));
+    let Some(used) = used else {
+        return Err(Refusal::TooShort { len: 0 });
+    };
+    moved.truncate(used + 1);
+    let last = moved[used];
+    let body_len = last.next_ip() - at;
+    let tail: Vec<u8> = body[body_len as usize..].iter().chain(after).copied().collect();
+    let pad = padding(&tail);
+    if body_len + pad < JMP_LEN {
+        return Err(Refusal::TooShort { len: body_len + pad });
     }
+    let last = &last;
     // Execution must never fall off the copy's end into the trampoline's data.
     if !matches!(
         last.flow_control(),
@@ -299,22 +309,14 @@ fn plan_whole(body: &[u8], after: &[u8], at: u64, func: u64) -> Result<EntryPlan
             FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => i.near_branch_target(),
             _ => continue,
         };
-        // Branches inside the body go to the copy: each must land on an instruction.
-        if (at..at + body_len).contains(&target) && !moved.iter().any(|m| m.ip() == target) {
+        // Branches into the overwritten bytes go to the copy: each must land on an instruction.
+        if (at..at + moved_len).contains(&target) && !moved.iter().any(|m| m.ip() == target) {
             return Err(Refusal::BranchIntoPatch { from: i.ip() - func, to: target - func });
         }
     }
-    let mut original = body.to_vec();
-    original.extend_from_slice(&after[..(moved_len - body_len) as usize]);
-    Ok(EntryPlan {
-        func,
-        at,
-        moved,
-        moved_len,
-        original,
-        tactic: Tactic::Whole,
-        busy_end: at + body_len.max(moved_len),
-    })
+    let mut original = body[..body_len as usize].to_vec();
+    original.extend_from_slice(&tail[..(moved_len - body_len) as usize]);
+    Ok(EntryPlan { func, at, moved, moved_len, original, tactic: Tactic::Whole, busy_end: at + moved_len })
 }
 
 #[cfg(test)]
@@ -348,9 +350,15 @@ mod tests {
     fn refusals() {
         // lea eax,[rdi+1]; ret, and the next function right behind it
         assert_eq!(plan(&[0x8d, 0x47, 0x01, 0xc3, 0x55], 4, F).unwrap_err(), Refusal::TooShort { len: 4 });
-        // xor eax,eax; ret; int3 x4 taken as the body: the int3 falls through
-        let e = plan(&[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc], 7, F).unwrap_err();
-        assert!(matches!(e, Refusal::Unmovable { offset: 6, .. }), "{e}");
+        // xor eax,eax; int3; ret: a trap inside the moved code
+        let e = plan(&[0x31, 0xc0, 0xcc, 0xc3, 0x90, 0x90], 4, F).unwrap_err();
+        assert!(matches!(e, Refusal::EndsEarly { offset: 2, .. }), "{e}");
+        // xor eax,eax; ret; int3 x4 inside the symbol's size: padding all the same
+        let p = plan(&[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc], 7, F).unwrap();
+        assert_eq!((p.tactic, p.moved.len(), p.moved_len), (Tactic::Whole, 2, 5));
+        // xor eax,eax; call rax; pop rbx: the call returns into the overwritten bytes
+        let e = plan(&[0x31, 0xc0, 0xff, 0xd0, 0x5b], 5, F).unwrap_err();
+        assert!(matches!(e, Refusal::Unmovable { offset: 2, .. }), "{e}");
         // endbr64; bnd jmp [rip+0x2f62]; nop
         let plt = [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0x62, 0x2f, 0, 0, 0x0f, 0x1f, 0x44, 0, 0];
         assert_eq!(plan(&plt, plt.len(), F).unwrap_err(), Refusal::PltStub);

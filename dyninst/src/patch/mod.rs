@@ -90,6 +90,9 @@ pub struct FunctionSpec {
     pub hook: u64,
     /// The hook's first argument (the function id for the entry hook).
     pub arg: u32,
+    /// Where the next symbol after `addr` starts (0 when unknown): the jump
+    /// may cover the alignment padding below it, never anything at or past it.
+    pub limit: u64,
 }
 
 /// A patched function.
@@ -128,14 +131,22 @@ pub struct Outcome {
     pub window: std::time::Duration,
 }
 
-/// The patcher's decision for one function whose body is `code[..size]`
-/// (`code` may run on past it: see [`analyze::plan`]). `papirus-probe list
-/// --patchable` asks the same question of the file's bytes.
-pub fn decide(name: &str, code: &[u8], size: u64, addr: u64) -> Result<EntryPlan, Refusal> {
+/// The patcher's decision for one function at `addr` whose body is
+/// `code[..size]` (`code` may run on past it: see [`analyze::plan`]), with
+/// the next symbol at `limit` (0: unknown). `papirus-probe list --patchable`
+/// asks the same question of the file's bytes.
+pub fn decide(name: &str, code: &[u8], size: u64, addr: u64, limit: u64) -> Result<EntryPlan, Refusal> {
     if name.contains(".cold") {
         return Err(Refusal::NotAnEntry);
     }
-    analyze::plan(code, size as usize, addr)
+    // Bytes at or past the next symbol belong to it: never padding.
+    let room = if limit > addr { limit - addr } else { size };
+    let code = &code[..code.len().min(room.max(size) as usize)];
+    let plan = analyze::plan(code, size as usize, addr)?;
+    if limit > plan.at && limit < plan.resume() {
+        return Err(Refusal::SymbolInside { offset: limit - addr });
+    }
+    Ok(plan)
 }
 
 /// Bytes read past a function's end: enough for its alignment padding.
@@ -289,7 +300,7 @@ impl<S: AddressSpace> Patcher<S> {
                 out.refused.push(refuse(Refusal::Undecodable { offset: 0 }));
                 continue;
             };
-            let plan = match decide(&f.name, bytes, f.size, f.addr) {
+            let plan = match decide(&f.name, bytes, f.size, f.addr, f.limit) {
                 Ok(p) => p,
                 Err(r) => {
                     out.refused.push(refuse(r));
@@ -389,5 +400,25 @@ impl<S: AddressSpace> Drop for Patcher<S> {
     fn drop(&mut self) {
         // Best effort: a target that is gone needs no restoring.
         let _ = self.remove_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: u64 = 0x40_1000;
+
+    #[test]
+    fn decide_keeps_to_the_next_symbol() {
+        // xor eax,eax; ret; then nop padding
+        let code = [0x31, 0xc0, 0xc3, 0x90, 0x90, 0x90, 0x90, 0x90];
+        assert_eq!(decide("f", &code, 3, F, 0).unwrap_err(), Refusal::TooShort { len: 3 }, "limit unknown");
+        assert_eq!(decide("f", &code, 3, F, F + 4).unwrap_err(), Refusal::TooShort { len: 4 });
+        assert_eq!(decide("f", &code, 3, F, F + 5).unwrap().moved_len, 5);
+        // push rbx; mov ebx,edi; pop rbx; ret with a symbol at +2
+        let code = [0x53, 0x89, 0xfb, 0x5b, 0xc3, 0x90];
+        assert_eq!(decide("f", &code, 5, F, F + 2).unwrap_err(), Refusal::SymbolInside { offset: 2 });
+        assert_eq!(decide("f.cold", &code, 5, F, 0).unwrap_err(), Refusal::NotAnEntry);
     }
 }

@@ -236,6 +236,7 @@ impl Target {
             size: self.size(Body::Patched)?,
             hook: rt::hooks().enter,
             arg: id,
+            limit: 0,
         };
         let mut patcher = Patcher::new(LocalSpace::new()?);
         let out = patcher.instrument(&[spec])?;

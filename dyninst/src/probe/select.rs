@@ -1,7 +1,7 @@
 //! Which functions of a process to instrument: modules and globs to function specs.
 
 use super::{ProbeError, TargetHooks};
-use crate::inventory::{Inventory, glob_match};
+use crate::inventory::{Function, Inventory, Module, glob_match, patchable};
 use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
@@ -52,6 +52,7 @@ pub(super) fn select(
                 size: f.size,
                 hook: hooks.enter,
                 arg: names.len() as u32,
+                limit: limit(m, f),
             });
             names.push(f.display_name().to_string());
         }
@@ -65,9 +66,26 @@ pub(super) fn select(
     // The unwinder and the C++ runtime, wherever they are loaded.
     for name in UNWIND_BEGIN.iter().copied().chain([CATCH_BEGIN]) {
         let hook = if name == CATCH_BEGIN { hooks.catch } else { hooks.unwind_begin };
-        if let Some(f) = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0)) {
-            specs.push(FunctionSpec { name: name.to_string(), addr: f.address, size: f.size, hook, arg: 0 });
+        let found = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0).map(|f| (m, f)));
+        if let Some((m, f)) = found {
+            let limit = limit(m, f);
+            specs.push(FunctionSpec {
+                name: name.to_string(),
+                addr: f.address,
+                size: f.size,
+                hook,
+                arg: 0,
+                limit,
+            });
         }
     }
     Ok((names, specs))
+}
+
+/// Where the symbol after `f` starts in the process (0 when none).
+fn limit(m: &Module, f: &Function) -> u64 {
+    match patchable::next_symbol(m.elf(), f.link_address) {
+        0 => 0,
+        next => next.wrapping_add(m.load_bias),
+    }
 }
