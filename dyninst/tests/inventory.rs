@@ -487,10 +487,10 @@ fn patchability_precheck() {
     assert_eq!(refused("f_tiny"), "3 bytes after any endbr64: shorter than the 5-byte jump");
     assert!(refused("f_int3").starts_with("`int3` at +0x1 ends the code"));
     assert_eq!(reason("f_nosize"), Reason::UnknownSize);
-    // A return or jump within the first 5 bytes: the whole function moves.
-    for (name, length) in [("f_ret_first", 5), ("f_early_jmp", 6), ("f_short_body", 5)] {
+    // A return or jump within the first 5 bytes: what follows it is overwritten, not moved.
+    for (name, instructions) in [("f_ret_first", 1), ("f_early_jmp", 1), ("f_short_body", 3)] {
         let p = prologue(name);
-        assert_eq!((p.tactic, p.length), (papirus_dyninst::patch::Tactic::Whole, length), "{name}");
+        assert_eq!((p.instructions, p.length), (instructions, 5), "{name}");
     }
 
     let p = prologue("f_endbr");

@@ -168,10 +168,9 @@ fn padding(after: &[u8]) -> u64 {
 fn check_movable(i: &Instruction, func: u64, last: bool, whole: bool) -> Result<(), Refusal> {
     let offset = i.ip() - func;
     let unmovable = |why| Refusal::Unmovable { offset, insn: text(i), why };
+    // A system call returns to the next instruction of the copy; a thread
+    // blocked in it in place is past `at`, so the patch waits for it.
     if i.code() == Code::Syscall {
-        if !last && !whole {
-            return Err(unmovable("the system call would return inside the overwritten bytes"));
-        }
         return Ok(());
     }
     match i.flow_control() {
@@ -223,6 +222,10 @@ fn plan_prologue(code: &[u8], skip: usize, func: u64) -> Result<EntryPlan, Refus
     let mut dec = Decoder::with_ip(64, body, at, DecoderOptions::NONE);
     let mut moved = Vec::new();
     let mut len = 0u64;
+    // After a `ret` or `jmp` within the first 5 bytes, the rest of the bytes
+    // the jump covers run only when branched to, which the scan below rules
+    // out: they are overwritten, not moved.
+    let mut terminal = false;
     while len < JMP_LEN {
         if !dec.can_decode() {
             return Err(Refusal::TooShort { len });
@@ -240,7 +243,15 @@ fn plan_prologue(code: &[u8], skip: usize, func: u64) -> Result<EntryPlan, Refus
             return Err(Refusal::PltStub);
         }
         len += i.len() as u64;
-        check_movable(&i, func, len >= JMP_LEN, false)?;
+        if terminal {
+            continue;
+        }
+        let ends = matches!(
+            i.flow_control(),
+            FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+        );
+        check_movable(&i, func, len >= JMP_LEN || ends, false)?;
+        terminal = ends;
         moved.push(i);
     }
     let end = at + len;
@@ -353,9 +364,18 @@ mod tests {
         // xor eax,eax; int3; ret: a trap inside the moved code
         let e = plan(&[0x31, 0xc0, 0xcc, 0xc3, 0x90, 0x90], 4, F).unwrap_err();
         assert!(matches!(e, Refusal::EndsEarly { offset: 2, .. }), "{e}");
-        // xor eax,eax; ret; int3 x4 inside the symbol's size: padding all the same
+        // xor eax,eax; ret; int3 x4 inside the symbol's size: the jump covers
+        // two int3 that only a branch could reach, and none does
         let p = plan(&[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc], 7, F).unwrap();
-        assert_eq!((p.tactic, p.moved.len(), p.moved_len), (Tactic::Whole, 2, 5));
+        assert_eq!((p.tactic, p.moved.len(), p.moved_len), (Tactic::Prologue, 2, 5));
+        // jmp +3; nop x3; ret; with a loop back to +2: refused, too long to move whole
+        let mut code = vec![0xeb, 0x03, 0x90, 0x90, 0x90, 0xc3];
+        code.resize(WHOLE_MAX, 0x90);
+        code.extend_from_slice(&[0xeb, (0x100 - (WHOLE_MAX + 2 - 2)) as u8, 0xc3]);
+        assert_eq!(
+            plan(&code, code.len(), F).unwrap_err(),
+            Refusal::BranchIntoPatch { from: WHOLE_MAX as u64, to: 2 }
+        );
         // xor eax,eax; call rax; pop rbx: the call returns into the overwritten bytes
         let e = plan(&[0x31, 0xc0, 0xff, 0xd0, 0x5b], 5, F).unwrap_err();
         assert!(matches!(e, Refusal::Unmovable { offset: 2, .. }), "{e}");
