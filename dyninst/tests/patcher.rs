@@ -176,3 +176,35 @@ fn python_gc_over_subclass_instances_finishes_with_all_of_libpython_instrumented
         eprintln!("no pyenv Python with a shared libpython here: nothing run");
     }
 }
+
+/// Every function of libsqlite3, then of libc, under the sqlite3 shell: the
+/// same output, and no refusal for length.
+#[test]
+fn sqlite_and_libc_fully_instrumented_compute_the_same() {
+    let Ok(sqlite) = which("sqlite3") else {
+        eprintln!("sqlite3 is not installed here: nothing run");
+        return;
+    };
+    let sql = "create table t(a,b); with recursive c(x) as (select 1 union all select x+1 from c where x<3000) \
+               insert into t select x, x*x from c; select count(*), sum(b), max(a) from t where a%7=3;";
+    let plain = Command::new(&sqlite).args([":memory:", sql]).output().unwrap();
+    assert!(plain.status.success());
+    for module in ["libsqlite3.so.0", "libc.so.6"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.json");
+        let probed = probe_run(&out, &["--module", module], &[sqlite.to_str().unwrap(), ":memory:", sql]);
+        let stderr = String::from_utf8_lossy(&probed.stderr);
+        assert!(probed.status.success(), "{module}: {stderr}");
+        let stdout = String::from_utf8_lossy(&probed.stdout);
+        assert!(stdout.starts_with(&*String::from_utf8_lossy(&plain.stdout)), "{module}: {stdout}");
+        assert!(!stderr.contains("shorter than"), "{module}: {stderr}");
+    }
+}
+
+fn which(name: &str) -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").ok_or("no PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(format!("{name} not found"))
+}

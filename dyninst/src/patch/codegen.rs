@@ -104,7 +104,8 @@ const COPY_IP: u64 = 0x8000_0000_0000_0000;
 fn relocate(a: &mut CodeAssembler, plan: &EntryPlan, k: usize, i: &Instruction) -> Result<(), IcedError> {
     let mut j = *i;
     j.set_ip(COPY_IP + k as u64);
-    if matches!(i.flow_control(), FlowControl::Call | FlowControl::IndirectCall) {
+    // Only calls: iced counts `syscall` as a call too, and it stays as it is.
+    if matches!(i.code(), Code::Call_rel32_64 | Code::Call_rm64) {
         let ret = i.next_ip();
         j.set_code(if i.code() == Code::Call_rel32_64 { Code::Jmp_rel32_64 } else { Code::Jmp_rm64 });
         a.lea(rsp, qword_ptr(rsp - 8))?;
@@ -225,5 +226,18 @@ mod tests {
         let dec = insns.iter().find(|i| i.mnemonic() == Mnemonic::Dec).unwrap();
         let jne = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jne).unwrap();
         assert_eq!(jne.near_branch_target(), dec.ip(), "back to the copy, not to the hooked entry");
+    }
+
+    #[test]
+    fn a_displaced_syscall_stays_a_syscall() {
+        let f = 0x7000_0000_1000u64;
+        // xor eax,eax; syscall; cmp rax,-4096; ret
+        let code = [0x31, 0xc0, 0x0f, 0x05, 0x48, 0x3d, 0x00, 0xf0, 0xff, 0xff, 0xc3];
+        let p = plan(&code, code.len(), f).unwrap();
+        let tip = f + 0x10_0000;
+        let insns = decode(&entry_trampoline(&p, tip, 1, 0).unwrap(), tip);
+        assert!(insns.iter().any(|i| i.mnemonic() == Mnemonic::Syscall));
+        let back = insns.iter().find(|i| i.mnemonic() == Mnemonic::Jmp).unwrap();
+        assert_eq!(back.near_branch_target(), f + 10);
     }
 }
