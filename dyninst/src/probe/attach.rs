@@ -45,7 +45,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
     }
     let hooks = TargetHooks::find(&p)?;
     let inv = Inventory::of_process(pid)?;
-    let (names, specs) = select(&inv, &opts.selection, &hooks, None)?;
+    let (names, specs) = select(&inv, &opts.selection, &hooks, None, &mut |a| p.read_u64(a).ok())?;
     let session = std::env::temp_dir().join(format!("papirus-probe-session-attach-{pid}.json"));
     write_session(&session, opts.probe, &opts.events, names, &opts.output)?;
     let ok = call_with_path(&mut p, hooks.setup, &session);

@@ -55,7 +55,8 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     let result = (|| {
         let hooks = TargetHooks::find(&p)?;
         let inv = Inventory::of_process(pid)?;
-        let (names, specs) = select(&inv, &opts.selection, &hooks, p.entry_point().ok())?;
+        let entry = p.entry_point().ok();
+        let (names, specs) = select(&inv, &opts.selection, &hooks, entry, &mut |a| p.read_u64(a).ok())?;
         write_session(&session, opts.probe, &opts.events, names, &opts.output)?;
         if call_with_path(&mut p, hooks.setup, &session)? as i32 != 0 {
             return Err(ProbeError::Setup { pid, path: session.clone() });

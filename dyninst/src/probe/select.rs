@@ -1,7 +1,9 @@
 //! Which functions of a process to instrument: modules and globs to function specs.
 
 use super::{ProbeError, TargetHooks};
-use crate::inventory::{Function, Inventory, Module, glob_match, patchable};
+use papirus_substrate::elf::SymbolKind;
+
+use crate::inventory::{Function, Inventory, Module, glob_match, ifunc, patchable};
 use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
@@ -17,12 +19,14 @@ pub struct Selection {
 }
 
 /// The chosen functions (names for the session; specs for the patcher, ids in order)
-/// plus the unwinder's entry points.
+/// plus the unwinder's entry points. An IFUNC stands for the implementation
+/// it resolved to, read from the target's memory with `read_u64`.
 pub(super) fn select(
     inv: &Inventory,
     sel: &Selection,
     hooks: &TargetHooks,
     entry: Option<u64>,
+    read_u64: &mut dyn FnMut(u64) -> Option<u64>,
 ) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
     let modules: Vec<_> = inv
         .modules
@@ -43,18 +47,34 @@ pub(super) fn select(
                 });
             let called = !NOT_CALLED.contains(&f.name.as_str())
                 && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
-            if !wanted || !called || f.size == 0 || f.kind != papirus_substrate::elf::SymbolKind::Function {
+            let ifunc = f.kind == SymbolKind::Ifunc;
+            if !wanted || !called || f.size == 0 || !(ifunc || f.kind == SymbolKind::Function) {
                 continue;
             }
+            // A compat version (`memcpy@GLIBC_2.2.5`) beside the default one is not what callers bind to.
+            if f.hidden_version && m.functions.iter().any(|g| g.name == f.name && !g.hidden_version) {
+                continue;
+            }
+            let (name, addr, size, limit) = if ifunc {
+                match ifunc::resolve(inv, m, f, read_u64) {
+                    Ok(i) => (i.name, i.address, i.size, i.limit),
+                    Err(why) => {
+                        eprintln!("papirus-probe: refused {} at {:#x}: {why}", f.display_name(), f.address);
+                        continue;
+                    }
+                }
+            } else {
+                (f.display_name().to_string(), f.address, f.size, limit(m, f))
+            };
             specs.push(FunctionSpec {
-                name: f.display_name().to_string(),
-                addr: f.address,
-                size: f.size,
+                name: name.clone(),
+                addr,
+                size,
                 hook: hooks.enter,
                 arg: names.len() as u32,
-                limit: limit(m, f),
+                limit,
             });
-            names.push(f.display_name().to_string());
+            names.push(name);
         }
     }
     if specs.is_empty() {
