@@ -23,7 +23,7 @@
 //! would not hold at a mid-function point).
 
 use iced_x86::code_asm::*;
-use iced_x86::{Code, FlowControl, Instruction};
+use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Register};
 
 use super::analyze::{EntryPlan, JMP_LEN, Refusal};
 
@@ -34,10 +34,36 @@ const SAVED: i32 = 11 * 8;
 /// Assembles the entry trampoline of `plan` for address `ip`, calling
 /// `hook(arg, slot)` before the displaced instructions run.
 pub fn entry_trampoline(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, Refusal> {
-    build(plan, ip, hook, arg).map_err(|e| Refusal::Relocation(e.to_string()))
+    build(plan, ip, hook, arg).map_err(Refusal::Relocation)
 }
 
-fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, IcedError> {
+/// The fixed part of every trampoline (register saves, hook call, restores),
+/// assembled once: trampolines differ only in the id, the distance to their
+/// hook slot and their relocated instructions, so only those are encoded per
+/// function (this keeps the target's stop short when thousands are patched).
+struct Template {
+    bytes: Vec<u8>,
+    /// Offset of `mov edi, ARG`'s immediate.
+    arg_at: usize,
+    /// Offset of `call [rip + hook]`'s displacement.
+    disp_at: usize,
+    /// Offset just past that call (the base of the displacement).
+    call_end: usize,
+}
+
+fn template() -> Result<&'static Template, String> {
+    static T: std::sync::OnceLock<Result<Template, String>> = std::sync::OnceLock::new();
+    T.get_or_init(assemble_template).as_ref().map_err(Clone::clone)
+}
+
+fn assemble_template() -> Result<Template, String> {
+    let e = |e: IcedError| e.to_string();
+    assemble_template_parts()
+        .map_err(e)?
+        .ok_or_else(|| "trampoline template without its id or hook call".into())
+}
+
+fn assemble_template_parts() -> Result<Option<Template>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut hook_ptr = a.create_label();
     let saved = [rcx, rdx, rsi, rdi, r8, r9, r10, r11, rbx];
@@ -53,7 +79,7 @@ fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, Iced
     a.mov(rbx, rsp)?;
     a.and(rsp, -16)?;
     a.cld()?;
-    a.mov(edi, arg)?;
+    a.mov(edi, 0x7fff_ffff)?; // imm32 form whatever the id
     a.lea(rsi, qword_ptr(rbx + SAVED))?;
     a.call(qword_ptr(hook_ptr))?;
     a.mov(rsp, rbx)?;
@@ -64,6 +90,46 @@ fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, Iced
     a.add(al, 0x7f)?; // OF = the saved seto bit
     a.sahf()?;
     a.pop(rax)?;
+    a.set_label(&mut hook_ptr)?;
+    a.dq(&[0])?;
+    let mut bytes = a.assemble(0)?;
+    bytes.truncate(bytes.len() - 8);
+    let (mut arg_at, mut disp_at, mut call_end) = (None, None, None);
+    let mut dec = Decoder::with_ip(64, &bytes, 0, DecoderOptions::NONE);
+    while dec.can_decode() {
+        let at = dec.position();
+        let i = dec.decode();
+        let offsets = dec.get_constant_offsets(&i);
+        if i.code() == Code::Mov_r32_imm32 && i.op0_register() == Register::EDI {
+            arg_at = Some(at + offsets.immediate_offset());
+        } else if i.code() == Code::Call_rm64 && i.is_ip_rel_memory_operand() {
+            disp_at = Some(at + offsets.displacement_offset());
+            call_end = Some(at + i.len());
+        }
+    }
+    Ok(match (arg_at, disp_at, call_end) {
+        (Some(arg_at), Some(disp_at), Some(call_end)) => Some(Template { bytes, arg_at, disp_at, call_end }),
+        _ => None,
+    })
+}
+
+fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, String> {
+    let t = template()?;
+    let block = relocated(plan, ip + t.bytes.len() as u64).map_err(|e| e.to_string())?;
+    let mut out = t.bytes.clone();
+    out[t.arg_at..t.arg_at + 4].copy_from_slice(&arg.to_le_bytes());
+    out.extend_from_slice(&block);
+    // The hook's address, 8-aligned, after the code.
+    out.resize(out.len().next_multiple_of(8), 0xcc);
+    let disp = i32::try_from(out.len() - t.call_end).map_err(|_| "trampoline too long".to_string())?;
+    out[t.disp_at..t.disp_at + 4].copy_from_slice(&disp.to_le_bytes());
+    out.extend_from_slice(&hook.to_le_bytes());
+    Ok(out)
+}
+
+/// The displaced instructions relocated to `ip`, then the jump back (unless they end in a jump or return).
+fn relocated(plan: &EntryPlan, ip: u64) -> Result<Vec<u8>, IcedError> {
+    let mut a = CodeAssembler::new(64)?;
     for (k, i) in plan.moved.iter().enumerate() {
         relocate(&mut a, plan, k, i)?;
     }
@@ -76,8 +142,6 @@ fn build(plan: &EntryPlan, ip: u64, hook: u64, arg: u32) -> Result<Vec<u8>, Iced
     if falls_through {
         a.jmp(plan.resume())?;
     }
-    a.set_label(&mut hook_ptr)?;
-    a.dq(&[hook])?;
     a.assemble(ip)
 }
 

@@ -291,6 +291,9 @@ impl<S: AddressSpace> Patcher<S> {
         let started = std::time::Instant::now();
         let mut out = Outcome::default();
         let code = CodeCache::read(&mut self.space, funcs)?;
+        // Bytes patched already (start -> end), this batch's included.
+        let mut taken: std::collections::BTreeMap<u64, u64> =
+            self.installed.iter().map(|i| (i.at, i.at + i.original.len() as u64)).collect();
         let mut jumps: Vec<(u64, Vec<u8>)> = Vec::new();
         // Per arena touched: where this batch's trampolines start, and their bytes.
         let mut runs: Vec<(usize, u64, Vec<u8>)> = Vec::new();
@@ -311,8 +314,8 @@ impl<S: AddressSpace> Patcher<S> {
                 out.refused.push(refuse(Refusal::ThreadInside));
                 continue;
             }
-            let busy = |i: &Installed| i.at < plan.resume() && plan.at < i.at + i.original.len() as u64;
-            if self.installed.iter().chain(&out.installed).any(busy) {
+            // Patches never overlap, so only the last one starting below our end can reach into us.
+            if taken.range(..plan.resume()).next_back().is_some_and(|(_, &end)| end > plan.at) {
                 out.refused.push(refuse(Refusal::AlreadyPatched));
                 continue;
             }
@@ -345,6 +348,7 @@ impl<S: AddressSpace> Patcher<S> {
             buf.extend_from_slice(&bytes);
             buf.resize((tramp + len - *start) as usize, 0xcc);
             self.arenas[arena].commit(bytes.len() as u64);
+            taken.insert(plan.at, plan.resume());
             jumps.push((plan.at, jump));
             out.installed.push(Installed {
                 name: f.name.clone(),
@@ -385,12 +389,32 @@ impl<S: AddressSpace> Patcher<S> {
         if self.arenas[i].serves(addr) { Ok(i) } else { Err(PatchError::NoRoom { near: addr }) }
     }
 
-    /// Puts every patched function's original bytes back. Trampolines stay
-    /// mapped: frames inside them finish normally.
+    /// Puts every patched function's original bytes back, one read and one
+    /// write per run of nearby patches. Trampolines stay mapped: frames
+    /// inside them finish normally.
     pub fn remove_all(&mut self) -> Result<(), PatchError> {
-        while let Some(i) = self.installed.last() {
-            self.space.write_code(i.at, &i.original)?;
-            self.installed.pop();
+        self.installed.sort_by_key(|i| i.at);
+        while !self.installed.is_empty() {
+            // The last run of patches less than a page apart.
+            let mut first = self.installed.len() - 1;
+            while first > 0 {
+                let (a, b) = (&self.installed[first - 1], &self.installed[first]);
+                if b.at - (a.at + a.original.len() as u64) >= READ_GAP {
+                    break;
+                }
+                first -= 1;
+            }
+            let run = &self.installed[first..];
+            let start = run[0].at;
+            let end = run.iter().map(|i| i.at + i.original.len() as u64).max().unwrap_or(start);
+            let mut bytes = vec![0; (end - start) as usize];
+            self.space.read(start, &mut bytes)?;
+            for i in run {
+                let off = (i.at - start) as usize;
+                bytes[off..off + i.original.len()].copy_from_slice(&i.original);
+            }
+            self.space.write_code(start, &bytes)?;
+            self.installed.truncate(first);
         }
         Ok(())
     }

@@ -53,7 +53,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
     if ok? as i32 != 0 {
         return Err(ProbeError::Setup { pid, path: session });
     }
-    let (installed, refused) = patch_stopped(&mut p, &specs)?;
+    let patched = patch_stopped(&mut p, &specs)?;
+    let (installed, refused) = (patched.installed, patched.refused);
     let count = installed.len();
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;

@@ -61,7 +61,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
         if call_with_path(&mut p, hooks.setup, &session)? as i32 != 0 {
             return Err(ProbeError::Setup { pid, path: session.clone() });
         }
-        patch_stopped(&mut p, &specs)
+        patch_stopped(&mut p, &specs).map(|o| (o.installed, o.refused))
     })();
     let _ = std::fs::remove_file(&session);
     let (installed, refused) = result?;
