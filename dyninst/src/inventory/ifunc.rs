@@ -108,7 +108,7 @@ pub fn resolve(
 }
 
 /// How far around an implementation other code is scanned for branches into it.
-const SCAN_WINDOW: u64 = 64 << 10;
+pub const SCAN_WINDOW: u64 = 64 << 10;
 
 /// The first direct branch of `elf`'s code within [`SCAN_WINDOW`] of `at`
 /// whose target lies in (at, end), as (branch, target) link-time addresses.

@@ -4,14 +4,46 @@
 //! replaced by a `jmp rel32` to a trampoline in an [`arena`] near it. The
 //! trampoline saves the general registers and flags, calls a hook of the
 //! probe runtime with the function's id and its return-address slot, then
-//! runs the displaced instructions (relocated by iced-x86's BlockEncoder) and
-//! jumps back. The runtime's entry hook catches the exit by replacing the
-//! return address (see papirus-probe-runtime's `hooks`).
+//! runs the displaced instructions (relocated) and jumps back. The runtime's
+//! entry hook catches the exit by replacing the return address (see
+//! papirus-probe-runtime's `hooks`).
 //!
-//! [`analyze::plan`] refuses, with a [`Refusal`], any function where this is
-//! not safe. A [`Patcher`] patches a batch of functions at once and puts the
-//! original bytes back on [`Patcher::remove_all`] or drop; trampolines stay
-//! mapped, since live frames may still run through them.
+//! How the jump finds room ([`analyze::plan`], [`Tactic`]):
+//! - the whole instructions covering the jump's 5 bytes are displaced; a
+//!   `ret` or `jmp` among them ends the displaced code, and the bytes after
+//!   it, reachable only by a branch, are overwritten (no branch of the
+//!   function may land there);
+//! - a function shorter than the jump, or one that returns or loops back
+//!   into its first bytes, is copied whole into its trampoline, the jump
+//!   covering its alignment padding up to the next 16-byte boundary and
+//!   never past the next symbol ([`FunctionSpec::limit`]).
+//!
+//! [`decide`] is the one decision: the patcher applies it to the target's
+//! memory and `papirus-probe list --patchable` to the file's bytes, so both
+//! refuse the same functions for the same [`Refusal`].
+//!
+//! Invariants (each has a test in `tests/patcher.rs`, `tests/trampoline.rs`
+//! or the unit tests here):
+//! - The target computes what it computes uninstrumented. A relocated
+//!   instruction keeps every RIP-relative data operand's original absolute
+//!   target, whatever it points at (the function's own address, the
+//!   displaced bytes); only branches from displaced code to a displaced
+//!   instruction go to the copy. An operand that reads or writes the
+//!   overwritten bytes is refused, as is a call whose return address would
+//!   lie in them. The flags, every general register and the stack are as the
+//!   caller left them when the displaced code runs.
+//! - No thread executes a partly written patch: the tool patches a process
+//!   whose threads are all stopped, refuses (and retries) a function a
+//!   stopped thread is inside, and writes every trampoline before any jump.
+//! - Nothing returns into bytes that changed under it: a call displaced from
+//!   a prologue returns to the original code after the jump, never into it.
+//! - After [`Patcher::remove_all`], every patched byte is the original one;
+//!   trampolines stay mapped, since live frames may still run through them.
+//!
+//! A [`Patcher`] patches a batch of functions at once, with few system calls
+//! while the target is stopped (one read per run of nearby functions, one
+//! write per arena and per run of nearby jumps), and puts the original bytes
+//! back on [`Patcher::remove_all`] or drop.
 
 pub mod analyze;
 pub mod arena;
