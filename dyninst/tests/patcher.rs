@@ -115,10 +115,19 @@ fn own_address_and_short_functions_compute_the_same_and_count_exactly() {
     let plain = Command::new(&program).arg(n.to_string()).output().unwrap();
     assert!(plain.status.success(), "the plain run computes its own addresses right");
     let out = dir.path().join("r.json");
-    let probed = probe_run(&out, &["-f", "short*,self*,is_self"], &[exe, &n.to_string()]);
+    let probed = probe_run(&out, &["-f", "short*,self*,is_self,enter*"], &[exe, &n.to_string()]);
     let stderr = String::from_utf8_lossy(&probed.stderr);
     assert!(probed.status.success(), "instrumented run: {stderr}");
     assert!(stderr.contains("refused 0"), "{stderr}");
+    // Another function jumps to entered_at_3+3: refused, by run and by list alike.
+    let refusal = "branches to";
+    let line = stderr.lines().find(|l| l.contains("refused entered_at_3")).expect("entered_at_3 refused");
+    assert!(line.contains(refusal), "{line}");
+    let list = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["list", exe, "--patchable", "-f", "entered_at_3"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains(refusal), "{list:?}");
     let stdout = String::from_utf8_lossy(&probed.stdout);
     assert!(stdout.starts_with(&*String::from_utf8_lossy(&plain.stdout)), "{stdout}");
     let r = report(&out);
@@ -129,6 +138,7 @@ fn own_address_and_short_functions_compute_the_same_and_count_exactly() {
     assert_eq!(calls(&r, "self_addr"), n);
     assert_eq!(calls(&r, "is_self"), 2 * n);
     assert_eq!(calls(&r, "self_after_branch"), 2 * n);
+    assert_eq!(calls(&r, "enters_other"), n);
     let places = shorts.map(At::Symbol);
     match uprobe_counts(&program, &[&n.to_string()], &program, &places) {
         Ok(counts) => {

@@ -5,9 +5,13 @@
 //! What only a live process can tell (a thread inside the entry, an alias
 //! already patched, a trampoline out of reach) is decided at patch time.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use iced_x86::FlowControl;
+use iced_x86::{Decoder, DecoderOptions, FlowControl};
 use papirus_substrate::elf::{ElfFile, SymbolKind};
 use serde::Serialize;
 
@@ -91,6 +95,14 @@ pub enum Reason {
     UnknownSize,
     /// The address is not backed by the file (e.g. `.bss`), or the file is cut short.
     NotInFile,
+    /// Code elsewhere in the module branches into the bytes the jump would
+    /// overwrite (glibc's hand-written routines enter one another past their start).
+    Entered {
+        /// Link-time address of the branch.
+        from: u64,
+        /// Link-time address it lands on.
+        to: u64,
+    },
     /// The patcher's refusal.
     Refused {
         /// What the patcher says.
@@ -106,6 +118,9 @@ impl fmt::Display for Reason {
             Reason::Resolver => f.write_str("IFUNC resolver (the implementation it picks is patched)"),
             Reason::UnknownSize => f.write_str("size unknown"),
             Reason::NotInFile => f.write_str("bytes not in the file"),
+            Reason::Entered { from, to } => {
+                write!(f, "the code at {from:#x} branches to {to:#x}, inside the bytes the jump overwrites")
+            }
             Reason::Refused { why } => f.write_str(why),
         }
     }
@@ -117,6 +132,52 @@ pub fn next_symbol(elf: &ElfFile, addr: u64) -> u64 {
     let syms = elf.symbols();
     let i = syms.partition_point(|s| s.address <= addr);
     syms.get(i).map_or(0, |s| s.address)
+}
+
+/// Every direct branch and call of `elf`'s executable sections as (target,
+/// source) link-time addresses, sorted; decoded once per file.
+pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
+    type Cache = Mutex<HashMap<(PathBuf, usize), Arc<Vec<(u64, u64)>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let key = (elf.path().to_path_buf(), elf.data().len());
+    let cache = CACHE.get_or_init(Cache::default);
+    if let Some(b) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return b.clone();
+    }
+    let mut out = Vec::new();
+    let data = elf.data();
+    for s in elf.sections().iter().filter(|s| s.executable && s.allocated) {
+        let start = s.file_offset as usize;
+        let Some(bytes) = start.checked_add(s.size as usize).and_then(|end| data.get(start..end)) else {
+            continue;
+        };
+        let mut dec = Decoder::with_ip(64, bytes, s.address, DecoderOptions::NONE);
+        let mut i = iced_x86::Instruction::default();
+        while dec.can_decode() {
+            dec.decode_out(&mut i);
+            if matches!(
+                i.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
+            ) && i.near_branch_target() != 0
+            {
+                out.push((i.near_branch_target(), i.ip()));
+            }
+        }
+    }
+    out.sort_unstable();
+    let out = Arc::new(out);
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, out.clone());
+    out
+}
+
+/// The first branch of `branches` from outside `body` landing in (at, end).
+pub fn entered(branches: &[(u64, u64)], body: Range<u64>, at: u64, end: u64) -> Option<(u64, u64)> {
+    let i = branches.partition_point(|b| b.0 <= at);
+    branches[i..]
+        .iter()
+        .take_while(|b| b.0 < end)
+        .find(|b| !body.contains(&b.1))
+        .map(|&(to, from)| (from, to))
 }
 
 /// Checks `func` of `elf` (link-time address `func.link_address`).
@@ -149,6 +210,10 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
     let limit = next_symbol(elf, func.link_address);
     let plan = patch::decide(&func.name, code, func.size, func.link_address, limit)
         .map_err(|r| Reason::Refused { why: r.to_string() })?;
+    let body = func.link_address..func.link_address + func.size;
+    if let Some((from, to)) = entered(&branches(elf), body, plan.at, plan.resume()) {
+        return Err(Reason::Entered { from, to });
+    }
     Ok(prologue(&plan))
 }
 

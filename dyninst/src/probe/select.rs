@@ -3,7 +3,7 @@
 use super::{ProbeError, TargetHooks};
 use papirus_substrate::elf::SymbolKind;
 
-use crate::inventory::{Function, Inventory, Module, glob_match, ifunc, patchable};
+use crate::inventory::{Function, Inventory, Module, Patchability, Reason, glob_match, ifunc, patchable};
 use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
@@ -64,6 +64,11 @@ pub(super) fn select(
                     }
                 }
             } else {
+                // Entries other code jumps into past their first byte: only the file's code shows it.
+                if let Patchability::NotPatchable { reason: r @ Reason::Entered { .. } } = m.patchability(f) {
+                    eprintln!("papirus-probe: refused {} at {:#x}: {r}", f.display_name(), f.address);
+                    continue;
+                }
                 (f.display_name().to_string(), f.address, f.size, limit(m, f))
             };
             specs.push(FunctionSpec {

@@ -28,6 +28,12 @@ __asm__(
     /* 4 bytes: lea 1(%rdi),%eax; ret */
     ".globl short4\n.type short4,@function\n.p2align 4\n"
     "short4:\n  lea 1(%rdi),%eax\n  ret\n.size short4,.-short4\n"
+    /* push %rbx; mov %edi,%ebx; then +3, which enters_other jumps to: returns x + 1 */
+    ".globl entered_at_3\n.type entered_at_3,@function\n.p2align 4\n"
+    "entered_at_3:\n  push %rbx\n  mov %edi,%ebx\n2:\n  lea 1(%rbx),%eax\n  pop %rbx\n  ret\n"
+    ".size entered_at_3,.-entered_at_3\n"
+    ".globl enters_other\n.type enters_other,@function\n.p2align 4\n"
+    "enters_other:\n  push %rbx\n  mov %edi,%ebx\n  jmp 2b\n.size enters_other,.-enters_other\n"
     ".p2align 4\n");
 
 void *self_addr(void);
@@ -36,6 +42,8 @@ void *self_after_branch(int go);
 void short2(void);
 int short3(int x);
 int short4(int x);
+int entered_at_3(int x);
+int enters_other(int x);
 
 int main(int argc, char **argv) {
     int n = argc > 1 ? atoi(argv[1]) : 1000;
@@ -43,7 +51,7 @@ int main(int argc, char **argv) {
     int self_ok = 1;
     for (int i = 0; i < n; i++) {
         short2();
-        sum += short3(i) + short4(i);
+        sum += short3(i) + short4(i) + entered_at_3(i) + enters_other(i);
         self_ok &= self_addr() == (void *)self_addr;
         self_ok &= is_self((void *)is_self) && !is_self((void *)self_addr);
         self_ok &= self_after_branch(1) == (void *)self_after_branch && self_after_branch(0) == NULL;
