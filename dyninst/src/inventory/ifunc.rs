@@ -64,20 +64,28 @@ pub fn resolve(
     read_u64: &mut dyn FnMut(u64) -> Option<u64>,
 ) -> Result<Implementation, String> {
     let text = m.text.clone().ok_or("the module has no .text")?;
-    let plausible = |a: u64| text.contains(&a) && a != f.address;
-    let own = irelative_slots(m.elf())
+    let mut slots: Vec<u64> = irelative_slots(m.elf())
         .into_iter()
         .filter(|&(addend, _)| addend == f.link_address)
-        .find_map(|(_, slot)| read_u64(slot.wrapping_add(m.load_bias)).filter(|&a| plausible(a)));
-    // An importer's GOT slot: bound once it holds an address in our text
-    // (before that it points back into the importer's PLT).
-    let imported = || {
-        let mut stubs = inv.modules.iter().flat_map(|i| &i.plt).filter(|p| p.name == f.name);
-        stubs.find_map(|p| read_u64(p.got).filter(|&a| plausible(a)))
+        .map(|(_, slot)| slot.wrapping_add(m.load_bias))
+        .collect();
+    // An importer's GOT slot: bound once it holds an address outside its PLT.
+    slots.extend(inv.modules.iter().flat_map(|i| &i.plt).filter(|p| p.name == f.name).map(|p| p.got));
+    let values: Vec<u64> = slots.into_iter().filter_map(&mut *read_u64).collect();
+    let in_text = |a: &&u64| text.contains(*a) && **a != f.address;
+    let address = match values.iter().find(in_text) {
+        Some(&a) => a,
+        None => {
+            return Err(match values.iter().find(|&&a| a != 0) {
+                Some(a) => format!(
+                    "IFUNC {}: its slots hold {a:#x}, not code of {} (an unbound PLT entry, or the vDSO)",
+                    f.name,
+                    m.basename()
+                ),
+                None => format!("IFUNC {}: no IRELATIVE or GOT slot holds its implementation", f.name),
+            });
+        }
     };
-    let address = own.or_else(imported).ok_or_else(|| {
-        format!("IFUNC {}: no IRELATIVE or bound GOT slot holds its implementation yet", f.name)
-    })?;
     let link = address - m.load_bias;
     let named = m.functions.iter().find(|g| g.address == address && g.size > 0 && g.kind != f.kind);
     let next = patchable::next_symbol(m.elf(), link);
