@@ -234,3 +234,21 @@ fn prologue(plan: &EntryPlan) -> Prologue {
         tactic: plan.tactic,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entered_ignores_the_function_itself_and_its_first_byte() {
+        // (target, source), sorted by target.
+        let b = [(0x1000, 0x2000), (0x1003, 0x1010), (0x1003, 0x3000), (0x1008, 0x2000)];
+        assert_eq!(entered(&b, 0x1000..0x1020, 0x1000, 0x1005), Some((0x3000, 0x1003)));
+        assert_eq!(entered(&b[..2], 0x1000..0x1020, 0x1000, 0x1005), None, "its own loop is not an entry");
+        assert_eq!(
+            entered(&b, 0x1000..0x1020, 0x1004, 0x1008),
+            None,
+            "a branch to the jump's first byte is fine"
+        );
+    }
+}
