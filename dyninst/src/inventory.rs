@@ -15,6 +15,7 @@
 
 pub mod demangle;
 pub mod deps;
+pub mod ifunc;
 pub mod patchable;
 
 use std::collections::HashMap;

@@ -472,12 +472,18 @@ fn patchability_precheck() {
         p => panic!("{name}: expected patchable, got {p}"),
     };
 
-    assert_eq!(reason("f_ret_first"), Reason::FlowEnds { offset: 0, mnemonic: "ret".into() });
-    assert_eq!(reason("f_tiny"), Reason::TooSmall { size: 3, needed: 5 });
-    assert_eq!(reason("f_int3"), Reason::FlowEnds { offset: 1, mnemonic: "int3".into() });
-    assert_eq!(reason("f_early_jmp"), Reason::FlowEnds { offset: 0, mnemonic: "jmp".into() });
+    let refused = |name: &str| match reason(name) {
+        Reason::Refused { why } => why,
+        r => panic!("{name}: expected the patcher's refusal, got {r}"),
+    };
+    assert_eq!(refused("f_tiny"), "3 bytes after any endbr64: shorter than the 5-byte jump");
+    assert!(refused("f_int3").starts_with("`int3` at +0x1 ends the code"));
     assert_eq!(reason("f_nosize"), Reason::UnknownSize);
-    assert_eq!(reason("f_short_body"), Reason::FlowEnds { offset: 2, mnemonic: "ret".into() });
+    // A return or jump within the first 5 bytes: what follows it is overwritten, not moved.
+    for (name, instructions) in [("f_ret_first", 1), ("f_early_jmp", 1), ("f_short_body", 3)] {
+        let p = prologue(name);
+        assert_eq!((p.instructions, p.length), (instructions, 5), "{name}");
+    }
 
     let p = prologue("f_endbr");
     assert!(p.endbr64);
@@ -499,11 +505,11 @@ fn patchability_precheck() {
     assert_eq!(funcs.len(), 10);
     let tiny = funcs.iter().find(|f| f["name"] == "f_tiny").unwrap();
     assert_eq!(tiny["patchability"]["status"], "not_patchable");
-    assert_eq!(tiny["patchability"]["reason"]["kind"], "too_small");
+    assert_eq!(tiny["patchability"]["reason"]["kind"], "refused");
     let table =
         String::from_utf8(probe(&["list", exe.to_str().unwrap(), "--patchable", "-f", "f_int3"]).stdout)
             .unwrap();
-    assert!(table.contains("no: int3 at +1"), "{table}");
+    assert!(table.contains("no: `int3` at +0x1"), "{table}");
 }
 
 /// Bad input: each a clear error and a failing exit status, no panic.

@@ -237,6 +237,7 @@ fn fixture() -> &'static Fixture {
                 size: *size,
                 hook: hooks.enter,
                 arg: id,
+                limit: 0,
             })
             .collect();
         // The unwinder and the C++ runtime, so exceptions see real return addresses.
@@ -249,7 +250,7 @@ fn fixture() -> &'static Fixture {
             let (_, a, size) =
                 functions(&path, h).into_iter().find(|(n, _, _)| n == name).expect("sized symbol");
             let hook = if name == CATCH_BEGIN { hooks.catch } else { hooks.unwind_begin };
-            unwinders.push(FunctionSpec { name: name.to_string(), addr: a, size, hook, arg: 0 });
+            unwinders.push(FunctionSpec { name: name.to_string(), addr: a, size, hook, arg: 0, limit: 0 });
         }
         specs.extend(unwinders);
         let mut patcher = Patcher::new(LocalSpace::new().unwrap());
@@ -516,6 +517,7 @@ fn removal_restores_the_original_bytes() {
                 size: *size,
                 hook: rt::hooks().enter,
                 arg: u32::MAX,
+                limit: 0,
             }
         })
         .collect();
@@ -661,7 +663,8 @@ fn a_thread_inside_the_displaced_bytes_blocks_the_patch() {
     let path = build("probe_target.c", "libprobe_pcs.so", false, &["-pthread"]);
     let h = dlopen(&path);
     let (_, addr, size) = functions(&path, h).into_iter().find(|(n, _, _)| n == "many").unwrap();
-    let spec = FunctionSpec { name: "many".into(), addr, size, hook: rt::hooks().enter, arg: u32::MAX };
+    let spec =
+        FunctionSpec { name: "many".into(), addr, size, hook: rt::hooks().enter, arg: u32::MAX, limit: 0 };
     let mut p = Patcher::new(LocalSpace::new().unwrap());
     p.set_thread_pcs(vec![addr + 1]);
     let out = p.instrument(std::slice::from_ref(&spec)).unwrap();

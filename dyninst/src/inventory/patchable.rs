@@ -1,33 +1,34 @@
-//! A cheap first look at whether a function's entry can take a 5-byte
-//! `jmp rel32` to a trampoline.
-//!
-//! This is a pre-check, not the relocation itself (that lives in
-//! [`crate::patch`]): it decodes the instructions the jump would overwrite
-//! and refuses entries where doing so is clearly wrong. It does not look
-//! for branches from elsewhere in the function into the overwritten bytes.
+//! Whether a function's entry can take papirus' jump to a trampoline,
+//! decided from the file's bytes by the patcher's own code
+//! ([`crate::patch::decide`]), so `papirus-probe list --patchable` shows
+//! exactly what `run` and `attach` decide, refusals and their reasons alike.
+//! What only a live process can tell (a thread inside the entry, an alias
+//! already patched, a trampoline out of reach) is decided at patch time.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Mnemonic};
+use iced_x86::{Decoder, DecoderOptions, FlowControl};
 use papirus_substrate::elf::{ElfFile, SymbolKind};
 use serde::Serialize;
 
 use super::Function;
+use crate::patch::{self, EntryPlan, Tactic};
 
 /// Bytes a `jmp rel32` to a trampoline occupies.
-pub const JUMP_LEN: u64 = 5;
+pub const JUMP_LEN: u64 = patch::analyze::JMP_LEN;
 /// Bytes of `endbr64`, which stays in place ahead of the jump so indirect
 /// calls still land on it under IBT.
 pub const ENDBR64_LEN: u64 = 4;
-const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
-/// Longest x86 instruction: enough lookahead past the jump's 5 bytes.
-const MAX_INSN: usize = 15;
 
-/// The outcome of the pre-check.
+/// The outcome of the check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Patchability {
-    /// The entry looks patchable.
+    /// The entry can be patched.
     Patchable(Prologue),
     /// The entry cannot take the jump; why.
     NotPatchable {
@@ -37,7 +38,7 @@ pub enum Patchability {
 }
 
 impl Patchability {
-    /// Whether the pre-check passed.
+    /// Whether the check passed.
     pub fn is_patchable(&self) -> bool {
         matches!(self, Patchability::Patchable(_))
     }
@@ -49,10 +50,11 @@ impl fmt::Display for Patchability {
             Patchability::Patchable(p) => {
                 write!(
                     f,
-                    "yes ({} insn, {} bytes{})",
+                    "yes ({} insn, {} bytes{}{})",
                     p.instructions,
                     p.length,
-                    if p.endbr64 { ", endbr64" } else { "" }
+                    if p.endbr64 { ", endbr64" } else { "" },
+                    if p.tactic == Tactic::Whole { ", moved whole" } else { "" }
                 )
             }
             Patchability::NotPatchable { reason } => write!(f, "no: {reason}"),
@@ -60,21 +62,23 @@ impl fmt::Display for Patchability {
     }
 }
 
-/// The instructions the jump would displace.
+/// The instructions the jump displaces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Prologue {
     /// The function starts with `endbr64`, which is kept; the jump goes after it.
     pub endbr64: bool,
     /// Offset of the jump from the function's start (4 after `endbr64`, else 0).
     pub offset: u8,
-    /// Bytes of whole instructions displaced (at least 5).
+    /// Bytes the jump (and its `int3` filler) overwrites: at least 5.
     pub length: u8,
-    /// How many instructions that is.
+    /// How many instructions run from the trampoline.
     pub instructions: u8,
-    /// One of them addresses memory relative to RIP (to be re-encoded when relocated).
+    /// One of them addresses memory relative to RIP (re-encoded, same target).
     pub rip_relative: bool,
-    /// One of them is a relative branch or call (to be re-targeted when relocated).
+    /// One of them is a relative branch or call (re-targeted when relocated).
     pub relative_branch: bool,
+    /// Displaced prologue, or the whole function moved.
+    pub tactic: Tactic,
 }
 
 /// Why an entry cannot take the jump.
@@ -85,37 +89,24 @@ pub enum Reason {
     PltStub,
     /// Not code (a data symbol).
     NotCode,
+    /// An IFUNC resolver: its result, the implementation, is what runs.
+    Resolver,
     /// The symbol has no size, so the jump could overwrite whatever follows.
     UnknownSize,
-    /// Fewer bytes than the jump needs (after `endbr64`).
-    TooSmall {
-        /// The function's size.
-        size: u64,
-        /// Bytes needed.
-        needed: u64,
-    },
     /// The address is not backed by the file (e.g. `.bss`), or the file is cut short.
     NotInFile,
-    /// Bytes that do not decode as an instruction.
-    Undecodable {
-        /// Offset from the function's start.
-        offset: u64,
+    /// Code elsewhere in the module branches into the bytes the jump would
+    /// overwrite (glibc's hand-written routines enter one another past their start).
+    Entered {
+        /// Link-time address of the branch.
+        from: u64,
+        /// Link-time address it lands on.
+        to: u64,
     },
-    /// An instruction that ends or traps the flow (ret, int3, ud2, hlt, or a
-    /// jump before the last displaced instruction): what follows it may be
-    /// another function or a branch target.
-    FlowEnds {
-        /// Offset from the function's start.
-        offset: u64,
-        /// The instruction.
-        mnemonic: String,
-    },
-    /// The displaced instructions run past the end of the function.
-    RunsPastEnd {
-        /// Bytes the instructions would take.
-        length: u64,
-        /// The function's size.
-        size: u64,
+    /// The patcher's refusal.
+    Refused {
+        /// What the patcher says.
+        why: String,
     },
 }
 
@@ -124,17 +115,72 @@ impl fmt::Display for Reason {
         match self {
             Reason::PltStub => f.write_str("PLT stub"),
             Reason::NotCode => f.write_str("not code"),
+            Reason::Resolver => f.write_str("IFUNC resolver (the implementation it picks is patched)"),
             Reason::UnknownSize => f.write_str("size unknown"),
-            Reason::TooSmall { size, needed } => write!(f, "too small ({size} < {needed} bytes)"),
             Reason::NotInFile => f.write_str("bytes not in the file"),
-            Reason::Undecodable { offset } => write!(f, "undecodable at +{offset}"),
-            Reason::FlowEnds { offset, mnemonic } => write!(f, "{mnemonic} at +{offset}"),
-            Reason::RunsPastEnd { length, size } => write!(f, "prologue {length} bytes > size {size}"),
+            Reason::Entered { from, to } => {
+                write!(f, "the code at {from:#x} branches to {to:#x}, inside the bytes the jump overwrites")
+            }
+            Reason::Refused { why } => f.write_str(why),
         }
     }
 }
 
-/// Runs the pre-check on `func` of `elf` (link-time address `func.link_address`).
+/// The address of the first symbol of `elf` after link-time address `addr`
+/// (0 when none): bytes from there on are not `addr`'s padding.
+pub fn next_symbol(elf: &ElfFile, addr: u64) -> u64 {
+    let syms = elf.symbols();
+    let i = syms.partition_point(|s| s.address <= addr);
+    syms.get(i).map_or(0, |s| s.address)
+}
+
+/// Every direct branch and call of `elf`'s executable sections as (target,
+/// source) link-time addresses, sorted; decoded once per file.
+pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
+    type Cache = Mutex<HashMap<(PathBuf, usize), Arc<Vec<(u64, u64)>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let key = (elf.path().to_path_buf(), elf.data().len());
+    let cache = CACHE.get_or_init(Cache::default);
+    if let Some(b) = cache.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+        return b.clone();
+    }
+    let mut out = Vec::new();
+    let data = elf.data();
+    for s in elf.sections().iter().filter(|s| s.executable && s.allocated) {
+        let start = s.file_offset as usize;
+        let Some(bytes) = start.checked_add(s.size as usize).and_then(|end| data.get(start..end)) else {
+            continue;
+        };
+        let mut dec = Decoder::with_ip(64, bytes, s.address, DecoderOptions::NONE);
+        let mut i = iced_x86::Instruction::default();
+        while dec.can_decode() {
+            dec.decode_out(&mut i);
+            if matches!(
+                i.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
+            ) && i.near_branch_target() != 0
+            {
+                out.push((i.near_branch_target(), i.ip()));
+            }
+        }
+    }
+    out.sort_unstable();
+    let out = Arc::new(out);
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, out.clone());
+    out
+}
+
+/// The first branch of `branches` from outside `body` landing in (at, end).
+pub fn entered(branches: &[(u64, u64)], body: Range<u64>, at: u64, end: u64) -> Option<(u64, u64)> {
+    let i = branches.partition_point(|b| b.0 <= at);
+    branches[i..]
+        .iter()
+        .take_while(|b| b.0 < end)
+        .find(|b| !body.contains(&b.1))
+        .map(|&(to, from)| (from, to))
+}
+
+/// Checks `func` of `elf` (link-time address `func.link_address`).
 pub fn check(elf: &ElfFile, func: &Function) -> Patchability {
     match check_inner(elf, func) {
         Ok(p) => Patchability::Patchable(p),
@@ -148,69 +194,61 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
     {
         return Err(Reason::PltStub);
     }
-    if func.kind == SymbolKind::Object {
-        return Err(Reason::NotCode);
+    match func.kind {
+        SymbolKind::Object => return Err(Reason::NotCode),
+        SymbolKind::Ifunc => return Err(Reason::Resolver),
+        _ => {}
     }
     if func.size == 0 {
         return Err(Reason::UnknownSize);
     }
-    let bytes = elf
-        .bytes_at(func.link_address, (ENDBR64_LEN + JUMP_LEN) as usize + MAX_INSN)
+    let tail = patch::analyze::PADDING_MAX;
+    let code = elf
+        .bytes_at(func.link_address, func.size as usize + tail)
+        .or_else(|| elf.bytes_at(func.link_address, func.size as usize))
         .ok_or(Reason::NotInFile)?;
-    let endbr64 = bytes.starts_with(&ENDBR64) && func.size >= ENDBR64_LEN;
-    let start = if endbr64 { ENDBR64_LEN } else { 0 };
-    let needed = start + JUMP_LEN;
-    if func.size < needed {
-        return Err(Reason::TooSmall { size: func.size, needed });
+    let limit = next_symbol(elf, func.link_address);
+    let plan = patch::decide(&func.name, code, func.size, func.link_address, limit)
+        .map_err(|r| Reason::Refused { why: r.to_string() })?;
+    let body = func.link_address..func.link_address + func.size;
+    if let Some((from, to)) = entered(&branches(elf), body, plan.at, plan.resume()) {
+        return Err(Reason::Entered { from, to });
     }
-    let code = bytes.get(start as usize..).ok_or(Reason::NotInFile)?;
-    let mut decoder = Decoder::with_ip(64, code, func.link_address + start, DecoderOptions::NONE);
-    let mut insn = Instruction::default();
-    let (mut length, mut count, mut rip_relative, mut relative_branch) = (0u64, 0u8, false, false);
-    while length < JUMP_LEN {
-        let offset = start + length;
-        if !decoder.can_decode() {
-            return Err(Reason::NotInFile);
-        }
-        decoder.decode_out(&mut insn);
-        if insn.is_invalid() {
-            return Err(Reason::Undecodable { offset });
-        }
-        length += insn.len() as u64;
-        count += 1;
-        rip_relative |= insn.is_ip_rel_memory_operand();
-        let last = length >= JUMP_LEN;
-        let ends = match insn.flow_control() {
-            FlowControl::Next => insn.mnemonic() == Mnemonic::Hlt,
-            FlowControl::Call | FlowControl::IndirectCall => false,
-            FlowControl::ConditionalBranch => false,
-            // A jump that is the last displaced instruction is relocated
-            // whole (a tail-call thunk); one earlier leaves displaced
-            // bytes that only branches from elsewhere reach.
-            FlowControl::UnconditionalBranch | FlowControl::IndirectBranch => !last,
-            FlowControl::Interrupt => insn.mnemonic() != Mnemonic::Syscall,
-            FlowControl::Return | FlowControl::Exception | FlowControl::XbeginXabortXend => true,
-        };
-        if ends {
-            return Err(Reason::FlowEnds {
-                offset,
-                mnemonic: format!("{:?}", insn.mnemonic()).to_lowercase(),
-            });
-        }
-        relative_branch |= matches!(
-            insn.flow_control(),
+    Ok(prologue(&plan))
+}
+
+fn prologue(plan: &EntryPlan) -> Prologue {
+    let relative = |i: &iced_x86::Instruction| {
+        matches!(
+            i.flow_control(),
             FlowControl::Call | FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch
-        ) && insn.near_branch_target() != 0;
+        )
+    };
+    Prologue {
+        endbr64: plan.at != plan.func,
+        offset: (plan.at - plan.func) as u8,
+        length: plan.moved_len.min(u8::MAX.into()) as u8,
+        instructions: plan.moved.len().min(u8::MAX.into()) as u8,
+        rip_relative: plan.moved.iter().any(|i| i.is_ip_rel_memory_operand()),
+        relative_branch: plan.moved.iter().any(relative),
+        tactic: plan.tactic,
     }
-    if start + length > func.size {
-        return Err(Reason::RunsPastEnd { length: start + length, size: func.size });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entered_ignores_the_function_itself_and_its_first_byte() {
+        // (target, source), sorted by target.
+        let b = [(0x1000, 0x2000), (0x1003, 0x1010), (0x1003, 0x3000), (0x1008, 0x2000)];
+        assert_eq!(entered(&b, 0x1000..0x1020, 0x1000, 0x1005), Some((0x3000, 0x1003)));
+        assert_eq!(entered(&b[..2], 0x1000..0x1020, 0x1000, 0x1005), None, "its own loop is not an entry");
+        assert_eq!(
+            entered(&b, 0x1000..0x1020, 0x1004, 0x1008),
+            None,
+            "a branch to the jump's first byte is fine"
+        );
     }
-    Ok(Prologue {
-        endbr64,
-        offset: start as u8,
-        length: length as u8,
-        instructions: count,
-        rip_relative,
-        relative_branch,
-    })
 }

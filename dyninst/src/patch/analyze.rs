@@ -2,7 +2,7 @@
 //! instructions the jump displaces.
 
 use iced_x86::{
-    Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter, Register,
+    Code, Decoder, DecoderOptions, FlowControl, Formatter, Instruction, IntelFormatter, Mnemonic, Register,
 };
 
 /// Length of `jmp rel32`.
@@ -48,6 +48,12 @@ pub enum Refusal {
         /// Offset of its target.
         to: u64,
     },
+    /// Another symbol starts inside the bytes the jump would overwrite: code may enter there.
+    #[error("another symbol starts at +{offset:#x}, inside the bytes the jump overwrites")]
+    SymbolInside {
+        /// Its offset from the function start.
+        offset: u64,
+    },
     /// A PLT stub: the function it jumps to is the one to instrument.
     #[error("a PLT stub (`jmp [rip+…]`): instrument the function it jumps to instead")]
     PltStub,
@@ -80,10 +86,28 @@ pub struct EntryPlan {
     pub at: u64,
     /// The displaced instructions, decoded at their original addresses.
     pub moved: Vec<Instruction>,
-    /// Bytes the displaced instructions occupy (≥ [`JMP_LEN`]).
+    /// Bytes the jump and its `int3` filler overwrite (≥ [`JMP_LEN`]).
     pub moved_len: u64,
     /// The original bytes at `at`, `moved_len` long.
     pub original: Vec<u8>,
+    /// The whole function runs from the trampoline (see [`Tactic::Whole`]).
+    pub tactic: Tactic,
+    /// End of the bytes no stopped thread may be inside (past `at`) when the jump is written.
+    pub busy_end: u64,
+}
+
+/// How the jump finds room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tactic {
+    /// The first whole instructions covering 5 bytes are displaced; the
+    /// trampoline runs them and jumps back behind them.
+    Prologue,
+    /// The whole function is copied into the trampoline and never runs in
+    /// place again: for bodies shorter than the jump (the jump then also
+    /// covers the function's alignment padding), bodies that return or jump
+    /// away within their first 5 bytes, and small loops back into them.
+    Whole,
 }
 
 impl EntryPlan {
@@ -99,9 +123,97 @@ fn text(i: &Instruction) -> String {
     out
 }
 
-/// Plans the entry patch of the function whose whole body is `code`, loaded at `func`.
-pub fn plan(code: &[u8], func: u64) -> Result<EntryPlan, Refusal> {
-    let skip = if code.starts_with(&ENDBR64) { ENDBR64.len() } else { 0 };
+/// Longest function copied whole into its trampoline.
+pub const WHOLE_MAX: usize = 96;
+/// Most padding bytes a function can have before the next 16-byte boundary.
+pub const PADDING_MAX: usize = 15;
+
+/// Plans the entry patch of the function loaded at `func` whose body is
+/// `code[..size]`. Bytes of `code` past `size` are what follows the body:
+/// the alignment padding a short function's jump may cover. Only the bytes
+/// up to the next 16-byte boundary are taken as padding: compilers align
+/// functions to 16 bytes, so no other function starts there.
+pub fn plan(code: &[u8], size: usize, func: u64) -> Result<EntryPlan, Refusal> {
+    let size = size.min(code.len());
+    let end = func + size as u64;
+    let room = (end.next_multiple_of(16) - end) as usize;
+    let code = &code[..code.len().min(size + room)];
+    let skip = if code[..size].starts_with(&ENDBR64) { ENDBR64.len() } else { 0 };
+    let at = func + skip as u64;
+    match plan_prologue(&code[..size], skip, func) {
+        Ok(p) => Ok(p),
+        Err(Refusal::TooShort { .. } | Refusal::EndsEarly { .. } | Refusal::BranchIntoPatch { .. })
+            if size - skip <= WHOLE_MAX =>
+        {
+            plan_whole(&code[skip..size], &code[size..], at, func)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The run of `nop`/`int3` instructions at the start of `after`, in bytes.
+fn padding(after: &[u8]) -> u64 {
+    let mut len = 0;
+    for i in Decoder::new(64, after, DecoderOptions::NONE) {
+        if i.is_invalid() || !matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3) {
+            break;
+        }
+        len += i.len() as u64;
+    }
+    len
+}
+
+/// Checks one instruction that is to run from the trampoline. `last` says
+/// whether execution leaves the displaced code after it.
+fn check_movable(i: &Instruction, func: u64, last: bool, whole: bool) -> Result<(), Refusal> {
+    let offset = i.ip() - func;
+    let unmovable = |why| Refusal::Unmovable { offset, insn: text(i), why };
+    // A system call returns to the next instruction of the copy; a thread
+    // blocked in it in place is past `at`, so the patch waits for it.
+    if i.code() == Code::Syscall {
+        return Ok(());
+    }
+    match i.flow_control() {
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+            if !last && !whole =>
+        {
+            Err(Refusal::EndsEarly { offset, insn: text(i) })
+        }
+        FlowControl::Interrupt | FlowControl::Exception => Err(Refusal::EndsEarly { offset, insn: text(i) }),
+        FlowControl::Call | FlowControl::IndirectCall => {
+            if !last || whole {
+                return Err(unmovable("its return address would lie inside the overwritten bytes"));
+            }
+            if !matches!(i.code(), Code::Call_rel32_64 | Code::Call_rm64) {
+                return Err(unmovable("unsupported call form"));
+            }
+            if i.memory_base() == Register::RSP || i.memory_index() == Register::RSP {
+                return Err(unmovable("an indirect call through the stack"));
+            }
+            Ok(())
+        }
+        FlowControl::XbeginXabortXend => Err(unmovable("transactional memory")),
+        _ => Ok(()),
+    }
+}
+
+/// A RIP-relative operand that reads or writes the bytes the jump overwrites
+/// would see the jump (`lea` only takes the address, which stays right).
+fn check_data(i: &Instruction, func: u64, at: u64, end: u64) -> Result<(), Refusal> {
+    if i.is_ip_rel_memory_operand() && i.mnemonic() != Mnemonic::Lea {
+        let t = i.ip_rel_memory_address();
+        if (at..end).contains(&t) {
+            return Err(Refusal::Unmovable {
+                offset: i.ip() - func,
+                insn: text(i),
+                why: "it accesses the bytes the jump overwrites",
+            });
+        }
+    }
+    Ok(())
+}
+
+fn plan_prologue(code: &[u8], skip: usize, func: u64) -> Result<EntryPlan, Refusal> {
     let body = &code[skip..];
     let at = func + skip as u64;
     if (body.len() as u64) < JMP_LEN {
@@ -110,6 +222,10 @@ pub fn plan(code: &[u8], func: u64) -> Result<EntryPlan, Refusal> {
     let mut dec = Decoder::with_ip(64, body, at, DecoderOptions::NONE);
     let mut moved = Vec::new();
     let mut len = 0u64;
+    // After a `ret` or `jmp` within the first 5 bytes, the rest of the bytes
+    // the jump covers run only when branched to, which the scan below rules
+    // out: they are overwritten, not moved.
+    let mut terminal = false;
     while len < JMP_LEN {
         if !dec.can_decode() {
             return Err(Refusal::TooShort { len });
@@ -127,39 +243,21 @@ pub fn plan(code: &[u8], func: u64) -> Result<EntryPlan, Refusal> {
             return Err(Refusal::PltStub);
         }
         len += i.len() as u64;
-        let last = len >= JMP_LEN;
-        let unmovable = |why| Refusal::Unmovable { offset, insn: text(&i), why };
-        if i.code() == Code::Syscall {
-            if !last {
-                return Err(unmovable("the system call would return inside the overwritten bytes"));
-            }
-            moved.push(i);
+        if terminal {
             continue;
         }
-        match i.flow_control() {
-            FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch if !last => {
-                return Err(Refusal::EndsEarly { offset, insn: text(&i) });
-            }
-            FlowControl::Interrupt | FlowControl::Exception => {
-                return Err(Refusal::EndsEarly { offset, insn: text(&i) });
-            }
-            FlowControl::Call | FlowControl::IndirectCall => {
-                if !last {
-                    return Err(unmovable("its return address would lie inside the overwritten bytes"));
-                }
-                if !matches!(i.code(), Code::Call_rel32_64 | Code::Call_rm64) {
-                    return Err(unmovable("unsupported call form"));
-                }
-                if i.memory_base() == Register::RSP || i.memory_index() == Register::RSP {
-                    return Err(unmovable("an indirect call through the stack"));
-                }
-            }
-            FlowControl::XbeginXabortXend => return Err(unmovable("transactional memory")),
-            _ => {}
-        }
+        let ends = matches!(
+            i.flow_control(),
+            FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+        );
+        check_movable(&i, func, len >= JMP_LEN || ends, false)?;
+        terminal = ends;
         moved.push(i);
     }
     let end = at + len;
+    for i in &moved {
+        check_data(i, func, at, end)?;
+    }
     // Any branch of the function into the displaced bytes (other than their
     // first byte, where the jump itself lands) would execute half of our jump.
     let mut dec = Decoder::with_ip(64, code, func, DecoderOptions::NONE);
@@ -178,7 +276,58 @@ pub fn plan(code: &[u8], func: u64) -> Result<EntryPlan, Refusal> {
         }
     }
     let original = body[..len as usize].to_vec();
-    Ok(EntryPlan { func, at, moved, moved_len: len, original })
+    Ok(EntryPlan { func, at, moved, moved_len: len, original, tactic: Tactic::Prologue, busy_end: end })
+}
+
+/// Plans [`Tactic::Whole`] for `body` (after any `endbr64`) at `at`, with
+/// `after` the bytes behind it up to the next symbol.
+fn plan_whole(body: &[u8], after: &[u8], at: u64, func: u64) -> Result<EntryPlan, Refusal> {
+    let mut moved: Vec<Instruction> =
+        Decoder::with_ip(64, body, at, DecoderOptions::NONE).into_iter().collect();
+    if let Some(i) = moved.iter().find(|i| i.is_invalid()) {
+        return Err(Refusal::Undecodable { offset: i.ip() - func });
+    }
+    // Alignment padding inside the symbol's size counts as padding too.
+    let used = moved.iter().rposition(|i| !matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3));
+    let Some(used) = used else {
+        return Err(Refusal::TooShort { len: 0 });
+    };
+    moved.truncate(used + 1);
+    let last = moved[used];
+    let body_len = last.next_ip() - at;
+    let tail: Vec<u8> = body[body_len as usize..].iter().chain(after).copied().collect();
+    let pad = padding(&tail);
+    if body_len + pad < JMP_LEN {
+        return Err(Refusal::TooShort { len: body_len + pad });
+    }
+    let last = &last;
+    // Execution must never fall off the copy's end into the trampoline's data.
+    if !matches!(
+        last.flow_control(),
+        FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+    ) {
+        return Err(Refusal::Unmovable {
+            offset: last.ip() - func,
+            insn: text(last),
+            why: "the function's last instruction falls through into what follows it",
+        });
+    }
+    let moved_len = body_len.max(JMP_LEN);
+    for i in &moved {
+        check_movable(i, func, false, true)?;
+        check_data(i, func, at, at + moved_len)?;
+        let target = match i.flow_control() {
+            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch => i.near_branch_target(),
+            _ => continue,
+        };
+        // Branches into the overwritten bytes go to the copy: each must land on an instruction.
+        if (at..at + moved_len).contains(&target) && !moved.iter().any(|m| m.ip() == target) {
+            return Err(Refusal::BranchIntoPatch { from: i.ip() - func, to: target - func });
+        }
+    }
+    let mut original = body[..body_len as usize].to_vec();
+    original.extend_from_slice(&tail[..(moved_len - body_len) as usize]);
+    Ok(EntryPlan { func, at, moved, moved_len, original, tactic: Tactic::Whole, busy_end: at + moved_len })
 }
 
 #[cfg(test)]
@@ -191,7 +340,7 @@ mod tests {
     fn moves_whole_instructions_after_endbr() {
         // endbr64; push rbp; mov rbp,rsp; push r15; ...
         let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x41, 0x57, 0xc3];
-        let p = plan(&code, F).unwrap();
+        let p = plan(&code, code.len(), F).unwrap();
         assert_eq!(p.at, F + 4);
         assert_eq!(p.moved.len(), 3);
         assert_eq!(p.moved_len, 6);
@@ -203,28 +352,73 @@ mod tests {
     fn five_byte_function_ending_in_ret_is_movable() {
         // lea eax,[rdi+rdi*2+1]; ret
         let code = [0x8d, 0x44, 0x3f, 0x01, 0xc3];
-        let p = plan(&code, F).unwrap();
+        let p = plan(&code, code.len(), F).unwrap();
         assert_eq!(p.moved_len, 5);
         assert_eq!(p.moved[1].flow_control(), FlowControl::Return);
     }
 
     #[test]
     fn refusals() {
-        // lea eax,[rdi+1]; ret
-        assert_eq!(plan(&[0x8d, 0x47, 0x01, 0xc3], F).unwrap_err(), Refusal::TooShort { len: 4 });
-        // xor eax,eax; ret; int3 x4
-        let e = plan(&[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc], F).unwrap_err();
+        // lea eax,[rdi+1]; ret, and the next function right behind it
+        assert_eq!(plan(&[0x8d, 0x47, 0x01, 0xc3, 0x55], 4, F).unwrap_err(), Refusal::TooShort { len: 4 });
+        // xor eax,eax; int3; ret: a trap inside the moved code
+        let e = plan(&[0x31, 0xc0, 0xcc, 0xc3, 0x90, 0x90], 4, F).unwrap_err();
         assert!(matches!(e, Refusal::EndsEarly { offset: 2, .. }), "{e}");
+        // xor eax,eax; ret; int3 x4 inside the symbol's size: the jump covers
+        // two int3 that only a branch could reach, and none does
+        let p = plan(&[0x31, 0xc0, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc], 7, F).unwrap();
+        assert_eq!((p.tactic, p.moved.len(), p.moved_len), (Tactic::Prologue, 2, 5));
+        // jmp +3; nop x3; ret; with a loop back to +2: refused, too long to move whole
+        let mut code = vec![0xeb, 0x03, 0x90, 0x90, 0x90, 0xc3];
+        code.resize(WHOLE_MAX, 0x90);
+        code.extend_from_slice(&[0xeb, (0x100 - (WHOLE_MAX + 2 - 2)) as u8, 0xc3]);
+        assert_eq!(
+            plan(&code, code.len(), F).unwrap_err(),
+            Refusal::BranchIntoPatch { from: WHOLE_MAX as u64, to: 2 }
+        );
+        // xor eax,eax; call rax; pop rbx: the call returns into the overwritten bytes
+        let e = plan(&[0x31, 0xc0, 0xff, 0xd0, 0x5b], 5, F).unwrap_err();
+        assert!(matches!(e, Refusal::Unmovable { offset: 2, .. }), "{e}");
         // endbr64; bnd jmp [rip+0x2f62]; nop
         let plt = [0xf3, 0x0f, 0x1e, 0xfa, 0xf2, 0xff, 0x25, 0x62, 0x2f, 0, 0, 0x0f, 0x1f, 0x44, 0, 0];
-        assert_eq!(plan(&plt, F).unwrap_err(), Refusal::PltStub);
+        assert_eq!(plan(&plt, plt.len(), F).unwrap_err(), Refusal::PltStub);
         // call rel32; (call not last: push rax first would make it last) -> call at +0 then more
-        let e = plan(&[0x31, 0xc0, 0xe8, 0, 0, 0, 0, 0x90, 0xc3], F).unwrap();
+        let e = plan(&[0x31, 0xc0, 0xe8, 0, 0, 0, 0, 0x90, 0xc3], 9, F).unwrap();
         assert_eq!(e.moved_len, 7);
-        let e = plan(&[0xe8, 0, 0, 0, 0, 0x90, 0xc3], F).unwrap();
+        let e = plan(&[0xe8, 0, 0, 0, 0, 0x90, 0xc3], 7, F).unwrap();
         assert_eq!(e.moved_len, 5);
-        // push rbx; mov ebx,edi; test ebx,ebx; jne -4 (into +1): loop back into the patch
-        let code = [0x53, 0x89, 0xfb, 0x85, 0xdb, 0x75, 0xfa, 0x5b, 0xc3];
-        assert_eq!(plan(&code, F).unwrap_err(), Refusal::BranchIntoPatch { from: 5, to: 1 });
+        // push rbx; mov ebx,edi; test ebx,ebx; jne -4 (into +1), 0x60 bytes long:
+        // a loop back into the patch, too long to move whole
+        let mut code = vec![0x53, 0x89, 0xfb, 0x85, 0xdb, 0x75, 0xfa];
+        code.resize(WHOLE_MAX + 1, 0x90);
+        code.push(0xc3);
+        assert_eq!(plan(&code, code.len(), F).unwrap_err(), Refusal::BranchIntoPatch { from: 5, to: 1 });
+        // mov eax,[rip-6]: reads its own bytes, which the jump replaces
+        let e = plan(&[0x8b, 0x05, 0xfa, 0xff, 0xff, 0xff, 0xc3], 7, F).unwrap_err();
+        assert!(matches!(e, Refusal::Unmovable { offset: 0, .. }), "{e}");
+    }
+
+    #[test]
+    fn short_functions_move_whole_over_their_padding() {
+        // lea eax,[rdi+1]; ret; then padding to the 16-byte boundary
+        let code = [0x8d, 0x47, 0x01, 0xc3, 0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0, 0x90, 0x90];
+        let p = plan(&code, 4, F).unwrap();
+        assert_eq!(p.tactic, Tactic::Whole);
+        assert_eq!(p.moved.len(), 2);
+        assert_eq!(p.moved_len, 5);
+        assert_eq!(p.original, code[..5]);
+        // endbr64; ret; int3 padding
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0xc3, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc];
+        let p = plan(&code, 5, F).unwrap();
+        assert_eq!((p.at, p.moved_len, p.busy_end), (F + 4, 5, F + 9));
+        // the same at an address 3 bytes before a 16-byte boundary: no padding to use
+        let at = F + 16 - 4 - 3;
+        assert_eq!(plan(&code, 5, at).unwrap_err(), Refusal::TooShort { len: 3 });
+        // xor eax,eax; ret; nop: ends early, moved whole
+        let p = plan(&[0x31, 0xc0, 0xc3, 0x90, 0x90, 0x90], 3, F).unwrap();
+        assert_eq!((p.tactic, p.moved_len), (Tactic::Whole, 5));
+        // test edi,edi; je +1; ret; xor eax,eax; ret: the branch lands just past the jump
+        let p = plan(&[0x85, 0xff, 0x74, 0x01, 0xc3, 0x31, 0xc0, 0xc3], 8, F).unwrap();
+        assert_eq!((p.tactic, p.moved_len, p.moved.len()), (Tactic::Prologue, 5, 3));
     }
 }

@@ -4,21 +4,53 @@
 //! replaced by a `jmp rel32` to a trampoline in an [`arena`] near it. The
 //! trampoline saves the general registers and flags, calls a hook of the
 //! probe runtime with the function's id and its return-address slot, then
-//! runs the displaced instructions (relocated by iced-x86's BlockEncoder) and
-//! jumps back. The runtime's entry hook catches the exit by replacing the
-//! return address (see papirus-probe-runtime's `hooks`).
+//! runs the displaced instructions (relocated) and jumps back. The runtime's
+//! entry hook catches the exit by replacing the return address (see
+//! papirus-probe-runtime's `hooks`).
 //!
-//! [`analyze::plan`] refuses, with a [`Refusal`], any function where this is
-//! not safe. A [`Patcher`] patches a batch of functions at once and puts the
-//! original bytes back on [`Patcher::remove_all`] or drop; trampolines stay
-//! mapped, since live frames may still run through them.
+//! How the jump finds room ([`analyze::plan`], [`Tactic`]):
+//! - the whole instructions covering the jump's 5 bytes are displaced; a
+//!   `ret` or `jmp` among them ends the displaced code, and the bytes after
+//!   it, reachable only by a branch, are overwritten (no branch of the
+//!   function may land there);
+//! - a function shorter than the jump, or one that returns or loops back
+//!   into its first bytes, is copied whole into its trampoline, the jump
+//!   covering its alignment padding up to the next 16-byte boundary and
+//!   never past the next symbol ([`FunctionSpec::limit`]).
+//!
+//! [`decide`] is the one decision: the patcher applies it to the target's
+//! memory and `papirus-probe list --patchable` to the file's bytes, so both
+//! refuse the same functions for the same [`Refusal`].
+//!
+//! Invariants (each has a test in `tests/patcher.rs`, `tests/trampoline.rs`
+//! or the unit tests here):
+//! - The target computes what it computes uninstrumented. A relocated
+//!   instruction keeps every RIP-relative data operand's original absolute
+//!   target, whatever it points at (the function's own address, the
+//!   displaced bytes); only branches from displaced code to a displaced
+//!   instruction go to the copy. An operand that reads or writes the
+//!   overwritten bytes is refused, as is a call whose return address would
+//!   lie in them. The flags, every general register and the stack are as the
+//!   caller left them when the displaced code runs.
+//! - No thread executes a partly written patch: the tool patches a process
+//!   whose threads are all stopped, refuses (and retries) a function a
+//!   stopped thread is inside, and writes every trampoline before any jump.
+//! - Nothing returns into bytes that changed under it: a call displaced from
+//!   a prologue returns to the original code after the jump, never into it.
+//! - After [`Patcher::remove_all`], every patched byte is the original one;
+//!   trampolines stay mapped, since live frames may still run through them.
+//!
+//! A [`Patcher`] patches a batch of functions at once, with few system calls
+//! while the target is stopped (one read per run of nearby functions, one
+//! write per arena and per run of nearby jumps), and puts the original bytes
+//! back on [`Patcher::remove_all`] or drop.
 
 pub mod analyze;
 pub mod arena;
 pub mod codegen;
 pub mod space;
 
-pub use analyze::{EntryPlan, Refusal};
+pub use analyze::{EntryPlan, Refusal, Tactic};
 pub use arena::Arena;
 pub use space::{AddressSpace, LocalSpace};
 
@@ -90,6 +122,9 @@ pub struct FunctionSpec {
     pub hook: u64,
     /// The hook's first argument (the function id for the entry hook).
     pub arg: u32,
+    /// Where the next symbol after `addr` starts (0 when unknown): the jump
+    /// may cover the alignment padding below it, never anything at or past it.
+    pub limit: u64,
 }
 
 /// A patched function.
@@ -123,6 +158,108 @@ pub struct Outcome {
     pub installed: Vec<Installed>,
     /// Functions refused.
     pub refused: Vec<Refused>,
+    /// How long the target was held stopped for this batch (for
+    /// [`Patcher::instrument`] alone: the time it took).
+    pub window: std::time::Duration,
+}
+
+/// The patcher's decision for one function at `addr` whose body is
+/// `code[..size]` (`code` may run on past it: see [`analyze::plan`]), with
+/// the next symbol at `limit` (0: unknown). `papirus-probe list --patchable`
+/// asks the same question of the file's bytes.
+pub fn decide(name: &str, code: &[u8], size: u64, addr: u64, limit: u64) -> Result<EntryPlan, Refusal> {
+    if name.contains(".cold") {
+        return Err(Refusal::NotAnEntry);
+    }
+    // Bytes at or past the next symbol belong to it: never padding.
+    let room = if limit > addr { limit - addr } else { size };
+    let code = &code[..code.len().min(room.max(size) as usize)];
+    let plan = analyze::plan(code, size as usize, addr)?;
+    if limit > plan.at && limit < plan.resume() {
+        return Err(Refusal::SymbolInside { offset: limit - addr });
+    }
+    Ok(plan)
+}
+
+/// Bytes read past a function's end: enough for its alignment padding.
+const TAIL: u64 = analyze::PADDING_MAX as u64;
+/// Functions closer than this share one read.
+const READ_GAP: u64 = 4096;
+/// Longest single read.
+const READ_MAX: u64 = 16 << 20;
+
+/// The code of a batch's functions, read in as few reads as possible.
+#[derive(Debug, Default)]
+struct CodeCache {
+    /// (address, bytes), sorted, disjoint.
+    chunks: Vec<(u64, Vec<u8>)>,
+}
+
+impl CodeCache {
+    fn read<S: AddressSpace>(space: &mut S, funcs: &[FunctionSpec]) -> Result<CodeCache, PatchError> {
+        let mut spans: Vec<(u64, u64)> =
+            funcs.iter().map(|f| (f.addr, f.addr.saturating_add(f.size).saturating_add(TAIL))).collect();
+        spans.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in spans {
+            match merged.last_mut() {
+                Some(m) if a <= m.1.saturating_add(READ_GAP) && b.max(m.1) - m.0 <= READ_MAX => {
+                    m.1 = m.1.max(b)
+                }
+                _ => merged.push((a, b)),
+            }
+        }
+        let mut cache = CodeCache::default();
+        for (a, b) in merged {
+            let mut buf = vec![0; (b - a) as usize];
+            if space.read(a, &mut buf).is_ok() {
+                cache.chunks.push((a, buf));
+                continue;
+            }
+            // A hole in the span (or the tail past the last mapped page):
+            // read each function alone, its padding where readable.
+            for f in funcs.iter().filter(|f| (a..b).contains(&f.addr)) {
+                let mut body = vec![0; f.size as usize];
+                space.read(f.addr, &mut body)?;
+                let mut tail = vec![0; TAIL as usize];
+                if space.read(f.addr + f.size, &mut tail).is_ok() {
+                    body.extend_from_slice(&tail);
+                }
+                cache.chunks.push((f.addr, body));
+            }
+        }
+        cache.chunks.sort_by_key(|c| c.0);
+        Ok(cache)
+    }
+
+    /// At least `len` bytes at `addr` (more when cached: what follows them).
+    fn get(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let i = self.chunks.partition_point(|c| c.0 <= addr).checked_sub(1)?;
+        let (base, bytes) = &self.chunks[i];
+        let from = (addr - base) as usize;
+        (from as u64 + len <= bytes.len() as u64).then(|| &bytes[from..])
+    }
+}
+
+/// Jumps (sorted by address) merged into writes: jumps closer than a page
+/// share one write, the code between them rewritten unchanged from `code`.
+fn merge_writes(jumps: &[(u64, Vec<u8>)], code: &CodeCache) -> Vec<(u64, Vec<u8>)> {
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for (at, bytes) in jumps {
+        if let Some((start, buf)) = out.last_mut() {
+            let end = *start + buf.len() as u64;
+            if *at >= end
+                && *at - end < READ_GAP
+                && let Some(gap) = code.get(end, *at - end)
+            {
+                buf.extend_from_slice(&gap[..(*at - end) as usize]);
+                buf.extend_from_slice(bytes);
+                continue;
+            }
+        }
+        out.push((*at, bytes.clone()));
+    }
+    out
 }
 
 /// Patches functions of one address space.
@@ -178,30 +315,39 @@ impl<S: AddressSpace> Patcher<S> {
     /// that cannot be patched are returned as refused; an error means the
     /// target could not be read or written, and nothing of this batch's jumps
     /// was written.
+    ///
+    /// System calls are batched for a stopped target: code is read in one
+    /// read per run of nearby functions, each arena's new trampolines go in
+    /// one write, and the jumps in one write per run of nearby jumps.
     pub fn instrument(&mut self, funcs: &[FunctionSpec]) -> Result<Outcome, PatchError> {
+        let started = std::time::Instant::now();
         let mut out = Outcome::default();
-        let mut jumps = Vec::new();
+        let code = CodeCache::read(&mut self.space, funcs)?;
+        // Bytes patched already (start -> end), this batch's included.
+        let mut taken: std::collections::BTreeMap<u64, u64> =
+            self.installed.iter().map(|i| (i.at, i.at + i.original.len() as u64)).collect();
+        let mut jumps: Vec<(u64, Vec<u8>)> = Vec::new();
+        // Per arena touched: where this batch's trampolines start, and their bytes.
+        let mut runs: Vec<(usize, u64, Vec<u8>)> = Vec::new();
         for f in funcs {
             let refuse = |reason| Refused { name: f.name.clone(), addr: f.addr, reason };
-            if f.name.contains(".cold") {
-                out.refused.push(refuse(Refusal::NotAnEntry));
+            let Some(bytes) = code.get(f.addr, f.size) else {
+                out.refused.push(refuse(Refusal::Undecodable { offset: 0 }));
                 continue;
-            }
-            let mut code = vec![0; f.size as usize];
-            self.space.read(f.addr, &mut code)?;
-            let plan = match analyze::plan(&code, f.addr) {
+            };
+            let plan = match decide(&f.name, bytes, f.size, f.addr, f.limit) {
                 Ok(p) => p,
                 Err(r) => {
                     out.refused.push(refuse(r));
                     continue;
                 }
             };
-            if self.pcs.iter().any(|&pc| pc > plan.at && pc < plan.resume()) {
+            if self.pcs.iter().any(|&pc| pc > plan.at && pc < plan.busy_end) {
                 out.refused.push(refuse(Refusal::ThreadInside));
                 continue;
             }
-            let busy = |i: &Installed| i.at < plan.resume() && plan.at < i.at + i.original.len() as u64;
-            if self.installed.iter().chain(&out.installed).any(busy) {
+            // Patches never overlap, so only the last one starting below our end can reach into us.
+            if taken.range(..plan.resume()).next_back().is_some_and(|(_, &end)| end > plan.at) {
                 out.refused.push(refuse(Refusal::AlreadyPatched));
                 continue;
             }
@@ -222,8 +368,19 @@ impl<S: AddressSpace> Patcher<S> {
                 out.refused.push(refuse(Refusal::Relocation("trampoline out of rel32 reach".into())));
                 continue;
             };
-            self.space.write_code(tramp, &bytes)?;
+            let run = match runs.iter().position(|r| r.0 == arena) {
+                Some(i) => i,
+                None => {
+                    runs.push((arena, tramp, Vec::new()));
+                    runs.len() - 1
+                }
+            };
+            let len = (bytes.len() as u64).next_multiple_of(16);
+            let (_, start, buf) = &mut runs[run];
+            buf.extend_from_slice(&bytes);
+            buf.resize((tramp + len - *start) as usize, 0xcc);
             self.arenas[arena].commit(bytes.len() as u64);
+            taken.insert(plan.at, plan.resume());
             jumps.push((plan.at, jump));
             out.installed.push(Installed {
                 name: f.name.clone(),
@@ -232,16 +389,25 @@ impl<S: AddressSpace> Patcher<S> {
                 trampoline: tramp,
             });
         }
-        for (i, (at, jump)) in jumps.iter().enumerate() {
-            if let Err(e) = self.space.write_code(*at, jump) {
+        for (_, at, bytes) in &runs {
+            self.space.write_code(*at, bytes)?;
+        }
+        jumps.sort_by_key(|j| j.0);
+        let writes = merge_writes(&jumps, &code);
+        for (k, (at, bytes)) in writes.iter().enumerate() {
+            if let Err(e) = self.space.write_code(*at, bytes) {
                 // Leave nothing half-done: undo this batch's jumps.
-                for inst in &out.installed[..i] {
-                    let _ = self.space.write_code(inst.at, &inst.original);
+                for (at, bytes) in &writes[..k] {
+                    let original = code.get(*at, bytes.len() as u64).map(|b| b[..bytes.len()].to_vec());
+                    if let Some(o) = original {
+                        let _ = self.space.write_code(*at, &o);
+                    }
                 }
                 return Err(e);
             }
         }
         self.installed.extend(out.installed.iter().cloned());
+        out.window = started.elapsed();
         Ok(out)
     }
 
@@ -255,12 +421,32 @@ impl<S: AddressSpace> Patcher<S> {
         if self.arenas[i].serves(addr) { Ok(i) } else { Err(PatchError::NoRoom { near: addr }) }
     }
 
-    /// Puts every patched function's original bytes back. Trampolines stay
-    /// mapped: frames inside them finish normally.
+    /// Puts every patched function's original bytes back, one read and one
+    /// write per run of nearby patches. Trampolines stay mapped: frames
+    /// inside them finish normally.
     pub fn remove_all(&mut self) -> Result<(), PatchError> {
-        while let Some(i) = self.installed.last() {
-            self.space.write_code(i.at, &i.original)?;
-            self.installed.pop();
+        self.installed.sort_by_key(|i| i.at);
+        while !self.installed.is_empty() {
+            // The last run of patches less than a page apart.
+            let mut first = self.installed.len() - 1;
+            while first > 0 {
+                let (a, b) = (&self.installed[first - 1], &self.installed[first]);
+                if b.at - (a.at + a.original.len() as u64) >= READ_GAP {
+                    break;
+                }
+                first -= 1;
+            }
+            let run = &self.installed[first..];
+            let start = run[0].at;
+            let end = run.iter().map(|i| i.at + i.original.len() as u64).max().unwrap_or(start);
+            let mut bytes = vec![0; (end - start) as usize];
+            self.space.read(start, &mut bytes)?;
+            for i in run {
+                let off = (i.at - start) as usize;
+                bytes[off..off + i.original.len()].copy_from_slice(&i.original);
+            }
+            self.space.write_code(start, &bytes)?;
+            self.installed.truncate(first);
         }
         Ok(())
     }
@@ -270,5 +456,25 @@ impl<S: AddressSpace> Drop for Patcher<S> {
     fn drop(&mut self) {
         // Best effort: a target that is gone needs no restoring.
         let _ = self.remove_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: u64 = 0x40_1000;
+
+    #[test]
+    fn decide_keeps_to_the_next_symbol() {
+        // xor eax,eax; ret; then nop padding
+        let code = [0x31, 0xc0, 0xc3, 0x90, 0x90, 0x90, 0x90, 0x90];
+        assert_eq!(decide("f", &code, 3, F, 0).unwrap_err(), Refusal::TooShort { len: 3 }, "limit unknown");
+        assert_eq!(decide("f", &code, 3, F, F + 4).unwrap_err(), Refusal::TooShort { len: 4 });
+        assert_eq!(decide("f", &code, 3, F, F + 5).unwrap().moved_len, 5);
+        // push rbx; mov ebx,edi; pop rbx; ret with a symbol at +2
+        let code = [0x53, 0x89, 0xfb, 0x5b, 0xc3, 0x90];
+        assert_eq!(decide("f", &code, 5, F, F + 2).unwrap_err(), Refusal::SymbolInside { offset: 2 });
+        assert_eq!(decide("f.cold", &code, 5, F, 0).unwrap_err(), Refusal::NotAnEntry);
     }
 }

@@ -73,7 +73,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut p = Process::attach(pid)?;
     // Select before touching anything: a selection that matches nothing loads nothing.
     let inv = Inventory::of_process(pid)?;
-    let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None)?;
+    let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     if TargetHooks::find(&p).is_err() {
         super::results::settle(&mut p)?;
         p.inject(&opts.runtime)?;
@@ -88,7 +88,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     }
     let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
     let (installed, refused) = match patch_stopped(&mut p, &specs) {
-        Ok(v) => v,
+        Ok(o) => (o.installed, o.refused),
         Err(e) => {
             let _ = p.call(hooks.teardown, &[]);
             return Err(e);

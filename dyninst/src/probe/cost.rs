@@ -245,6 +245,7 @@ impl Target {
             size: self.size(Body::Patched)?,
             hook: rt.enter,
             arg: 0,
+            limit: 0,
         };
         let mut patcher = Patcher::new(LocalSpace::new()?);
         let out = patcher.instrument(&[spec])?;

@@ -4,7 +4,7 @@
 use nix::sys::mman::ProtFlags;
 
 use super::ProbeError;
-use crate::patch::{AddressSpace, FunctionSpec, Installed, PatchError, Patcher, Refusal, Refused};
+use crate::patch::{AddressSpace, FunctionSpec, Installed, Outcome, PatchError, Patcher, Refusal, Refused};
 use crate::process::Process;
 
 /// The target's memory as seen by the patcher: reads and code writes through
@@ -50,12 +50,10 @@ const PC_PAUSE: std::time::Duration = std::time::Duration::from_millis(1);
 /// Patches `specs` in the stopped process in one batch. A function some thread
 /// is stopped inside (past its first byte, within the bytes the jump replaces)
 /// is retried after letting the process run for a moment, up to
-/// [`PC_ROUNDS`] times, then refused. The patches stay when this returns.
-pub(super) fn patch_stopped(
-    p: &mut Process,
-    specs: &[FunctionSpec],
-) -> Result<(Vec<Installed>, Vec<Refused>), ProbeError> {
-    let (mut installed, mut refused) = (Vec::new(), Vec::new());
+/// [`PC_ROUNDS`] times, then refused. The patches stay when this returns;
+/// the outcome's window is the time the patcher held the target stopped.
+pub(super) fn patch_stopped(p: &mut Process, specs: &[FunctionSpec]) -> Result<Outcome, ProbeError> {
+    let mut out = Outcome::default();
     let mut todo = specs.to_vec();
     for round in 0..=PC_ROUNDS {
         if round > 0 {
@@ -69,17 +67,18 @@ pub(super) fn patch_stopped(
         patcher.set_thread_pcs(pcs);
         let outcome = patcher.instrument(&todo)?;
         patcher.keep();
-        installed.extend(outcome.installed);
+        out.installed.extend(outcome.installed);
+        out.window += outcome.window;
         let (busy, other): (Vec<Refused>, Vec<Refused>) =
             outcome.refused.into_iter().partition(|r| r.reason == Refusal::ThreadInside);
-        refused.extend(other);
+        out.refused.extend(other);
         if busy.is_empty() || round == PC_ROUNDS {
-            refused.extend(busy);
+            out.refused.extend(busy);
             break;
         }
         todo.retain(|f| busy.iter().any(|b| b.addr == f.addr && b.name == f.name));
     }
-    Ok((installed, refused))
+    Ok(out)
 }
 
 /// Restores patched functions in the stopped process.

@@ -117,9 +117,11 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
         other => other,
     })?;
     let inv = Inventory::of_process(pid)?;
-    let (names, specs) = select(&inv, &opts.selection, &hooks, p.entry_point().ok())?;
+    let (names, specs) =
+        select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
     let results = Results::start(p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
-    let (installed, refused) = patch_stopped(p, &specs)?;
+    let outcome = patch_stopped(p, &specs)?;
+    let (installed, refused) = (outcome.installed, outcome.refused);
     super::print_summary(&installed, &refused);
     Ok((names, results, installed.len(), refused))
 }

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 
 use super::{ProbeError, TargetHooks};
-use crate::inventory::{Function, Inventory, Module, glob_match};
+use papirus_substrate::elf::SymbolKind;
+
+use crate::inventory::{Function, Inventory, Module, Patchability, Reason, glob_match, ifunc, patchable};
 use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
@@ -52,12 +54,14 @@ fn preferred<'a>(a: &'a Function, b: &'a Function) -> &'a Function {
 }
 
 /// The chosen functions (names for the session; specs for the patcher, ids in order)
-/// plus the unwinder's entry points.
+/// plus the unwinder's entry points. An IFUNC stands for the implementation
+/// it resolved to, read from the target's memory with `read_u64`.
 pub(super) fn select(
     inv: &Inventory,
     sel: &Selection,
     hooks: &TargetHooks,
     entry: Option<u64>,
+    read_u64: &mut dyn FnMut(u64) -> Option<u64>,
 ) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
     let runtime = |m: &&Module| m.basename().starts_with("libpapirus_probe_runtime");
     let modules: Vec<&Module> = inv.modules.iter().filter(|m| !runtime(m) && sel.wants_module(m)).collect();
@@ -74,11 +78,13 @@ pub(super) fn select(
             let called = !NOT_CALLED.contains(&f.name.as_str())
                 && !is_internal_hook(&f.name)
                 && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
-            if !called
-                || f.size == 0
-                || f.kind != papirus_substrate::elf::SymbolKind::Function
-                || !sel.wants_function(f)
+            let ifunc = f.kind == SymbolKind::Ifunc;
+            if !called || f.size == 0 || !(ifunc || f.kind == SymbolKind::Function) || !sel.wants_function(f)
             {
+                continue;
+            }
+            // A compat version (`memcpy@GLIBC_2.2.5`) beside the default one is not what callers bind to.
+            if f.hidden_version && m.functions.iter().any(|g| g.name == f.name && !g.hidden_version) {
                 continue;
             }
             by_addr.entry(f.address).and_modify(|kept| *kept = preferred(kept, f)).or_insert_with(|| {
@@ -88,14 +94,39 @@ pub(super) fn select(
         }
         for addr in order {
             let f = by_addr[&addr];
+            let (name, addr, size, limit) = if f.kind == SymbolKind::Ifunc {
+                match ifunc::resolve(inv, m, f, read_u64) {
+                    Ok(i) => (i.name, i.address, i.size, i.limit),
+                    Err(why) => {
+                        eprintln!(
+                            "papirus-probe: refused {} at {:#x}: {why}",
+                            super::escape(f.display_name()),
+                            f.address
+                        );
+                        continue;
+                    }
+                }
+            } else {
+                // Entries other code jumps into past their first byte: only the file's code shows it.
+                if let Patchability::NotPatchable { reason: r @ Reason::Entered { .. } } = m.patchability(f) {
+                    eprintln!(
+                        "papirus-probe: refused {} at {:#x}: {r}",
+                        super::escape(f.display_name()),
+                        f.address
+                    );
+                    continue;
+                }
+                (f.display_name().to_string(), f.address, f.size, limit(m, f))
+            };
             specs.push(FunctionSpec {
-                name: f.display_name().to_string(),
-                addr: f.address,
-                size: f.size,
+                name: name.clone(),
+                addr,
+                size,
                 hook: hooks.enter,
                 arg: names.len() as u32,
+                limit,
             });
-            names.push(f.display_name().to_string());
+            names.push(name);
         }
     }
     if specs.is_empty() {
@@ -111,8 +142,17 @@ pub(super) fn select(
     // The unwinder and the C++ runtime, wherever they are loaded.
     for name in UNWIND_BEGIN.iter().copied().chain([CATCH_BEGIN]) {
         let hook = if name == CATCH_BEGIN { hooks.catch } else { hooks.unwind_begin };
-        if let Some(f) = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0)) {
-            specs.push(FunctionSpec { name: name.to_string(), addr: f.address, size: f.size, hook, arg: 0 });
+        let found = inv.modules.iter().find_map(|m| m.function(name).filter(|f| f.size > 0).map(|f| (m, f)));
+        if let Some((m, f)) = found {
+            let limit = limit(m, f);
+            specs.push(FunctionSpec {
+                name: name.to_string(),
+                addr: f.address,
+                size: f.size,
+                hook,
+                arg: 0,
+                limit,
+            });
         }
     }
     Ok((names, specs))
@@ -125,4 +165,12 @@ fn module_names(inv: &Inventory) -> String {
         .map(|m| if m.is_main { format!("{} (`{MAIN_MODULE}`)", m.basename()) } else { m.basename() })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Where the symbol after `f` starts in the process (0 when none).
+fn limit(m: &Module, f: &Function) -> u64 {
+    match patchable::next_symbol(m.elf(), f.link_address) {
+        0 => 0,
+        next => next.wrapping_add(m.load_bias),
+    }
 }
