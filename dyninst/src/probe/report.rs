@@ -411,6 +411,10 @@ pub fn format_summary(r: &Report, view: &View) -> String {
         "  totals: {calls} calls of {called} distinct functions; threads: {}; activations open at the end: {open}",
         r.threads.len()
     );
+    let deep = r.threads.iter().fold(0u64, |a, t| a.saturating_add(t.overflow));
+    if deep > 0 {
+        let _ = writeln!(out, "  ({deep} calls deeper than the shadow stack: counted, not timed)");
+    }
     let top = View { top: Some(view.top.unwrap_or(10)), ..view.clone() };
     let label = if r.threads.len() > 1 { SUM_LABEL } else { "top functions" };
     let _ = writeln!(out, "\n{label}");
