@@ -219,6 +219,40 @@ pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
     }
 }
 
+/// The event names `--events` values stand for: each value split by the
+/// shared event-list splitter (commas inside `pmu/…/` terms stay), and each
+/// PAPI preset replaced by the native event it counts here, resolved as
+/// papirus-stat resolves it (an unavailable preset fails with the same reason).
+pub fn expand_events(values: &[String]) -> Result<Vec<String>, ProbeError> {
+    let mut names = Vec::new();
+    for v in values {
+        let split = papirus_substrate::names::split_event_names(v)
+            .map_err(|e| ProbeError::Events(format!("--events {v}: {e}")))?;
+        for name in split {
+            if papirus_lowlevel::preset::preset_by_name(&name).is_some() {
+                names.push(preset_native(&name)?);
+            } else {
+                names.push(name);
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// The one native event preset `name` counts on this machine.
+fn preset_native(name: &str) -> Result<String, ProbeError> {
+    let lib = papirus_lowlevel::init().map_err(|e| ProbeError::Events(e.to_string()))?;
+    let mut set = lib.event_set();
+    set.add_named(name).map_err(|e| ProbeError::Events(e.to_string()))?;
+    let info = set.events().into_iter().next();
+    match info.as_ref().map(|i| i.terms.as_slice()) {
+        Some([native]) => Ok(native.clone()),
+        _ => Err(ProbeError::Events(format!(
+            "preset {name} is derived from several native events here; the counters probe reads native events: name them instead"
+        ))),
+    }
+}
+
 /// The runtime's entry points inside the target.
 #[derive(Debug, Clone, Copy)]
 struct TargetHooks {

@@ -24,8 +24,11 @@ pub struct ProbeArgs {
     /// or empty (counts calls only, no clock).
     #[arg(long, default_value = "wallclock")]
     probe: String,
-    /// Counter events for the counters probe (1 to 4, e.g. task-clock,page-faults).
-    #[arg(long, value_name = "E,…", value_delimiter = ',')]
+    /// Counter events for the counters probe (1 to 4), named as papirus-stat
+    /// -e takes them: perf's syntax (task-clock,page-faults,
+    /// 'cpu/event=0x3c,umask=0x00/u'), PAPI presets (PAPI_TOT_CYC) and PAPI's
+    /// spellings (perf::TASK-CLOCK); repeatable.
+    #[arg(long, value_name = "E,…")]
     events: Vec<String>,
     /// Only functions whose name (stored or demangled) matches one of these
     /// globs (`*`, `?`); repeatable. `@FILE` reads globs from FILE, one per
@@ -59,15 +62,17 @@ pub struct ProbeArgs {
 }
 
 impl ProbeArgs {
-    fn parts(&self) -> Result<(probe::Probe, Selection, PathBuf), Failure> {
+    /// The probe, its event names, the selection and the runtime library.
+    fn parts(&self) -> Result<(probe::Probe, Vec<String>, Selection, PathBuf), Failure> {
         let p = probe::parse_probe(&self.probe)?;
-        probe::check_events(p, &self.events)?;
+        let events = probe::expand_events(&self.events)?;
+        probe::check_events(p, &events)?;
         let sel = Selection {
             modules: self.module.clone(),
             functions: expand_globs(&self.functions)?,
             exclude: expand_globs(&self.exclude)?,
         };
-        Ok((p, sel, probe::find_runtime()?))
+        Ok((p, events, sel, probe::find_runtime()?))
     }
 }
 
@@ -326,12 +331,12 @@ fn status_of(exit: Exit) -> Result<u8, Failure> {
 
 /// `papirus-probe run`: returns the target's exit status.
 pub fn run(args: &RunArgs) -> Result<u8, Failure> {
-    let (p, selection, runtime) = args.probe.parts()?;
+    let (p, events, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
     let file = ReportFile::new(args.probe.output.as_deref())?;
     let opts = RunOptions {
         probe: p,
-        events: args.probe.events.clone(),
+        events,
         selection,
         output: file.path.clone(),
         program: PathBuf::from(&args.command[0]),
@@ -352,7 +357,7 @@ static STOP: AtomicBool = AtomicBool::new(false);
 
 /// `papirus-probe attach`.
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
-    let (p, selection, runtime) = args.probe.parts()?;
+    let (p, events, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
     let file = ReportFile::new(args.probe.output.as_deref())?;
     let duration = args.duration;
@@ -372,7 +377,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let opts = AttachOptions {
         pid: args.pid,
         probe: p,
-        events: args.probe.events.clone(),
+        events,
         selection,
         output: file.path.clone(),
         duration,
