@@ -62,6 +62,8 @@ pub struct AttachSummary {
     pub children: Vec<u32>,
     /// How long reading the segment and writing the report took.
     pub report_time: Duration,
+    /// How long the target's threads were stopped to instrument it.
+    pub stop_window: Duration,
 }
 
 /// Instruments process `pid` until the duration ends or `stop` is set, then
@@ -70,9 +72,11 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     super::check_events(opts.probe, &opts.events)?;
     crate::output::check_writable(&opts.output)?;
     let pid = opts.pid;
-    let mut p = Process::attach(pid)?;
-    // Select before touching anything: a selection that matches nothing loads nothing.
+    // The modules are read before the target is stopped: its threads wait only for the patching.
     let inv = Inventory::of_process(pid)?;
+    let mut p = Process::attach(pid)?;
+    let stopped = Instant::now();
+    // Select before touching anything: a selection that matches nothing loads nothing.
     let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     if TargetHooks::find(&p).is_err() {
         super::results::settle(&mut p)?;
@@ -94,10 +98,11 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             return Err(e);
         }
     };
-    super::print_summary(&installed, &refused);
     let count = installed.len();
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;
+    let stop_window = stopped.elapsed();
+    super::print_summary(&installed, &refused);
     let start = Instant::now();
     while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
         std::thread::sleep(Duration::from_millis(20));
@@ -121,6 +126,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
                 refused,
                 children: Vec::new(),
                 report_time: t0.elapsed(),
+                stop_window,
             });
         }
         Err(e) => return Err(e.into()),
@@ -161,7 +167,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             reason: format!("forked children not restored: {}", failures.join("; ")),
         });
     }
-    Ok(AttachSummary { installed: count, refused, children: restored, report_time })
+    Ok(AttachSummary { installed: count, refused, children: restored, report_time, stop_window })
 }
 
 /// Whether process `pid` has ended (gone or a zombie).

@@ -387,6 +387,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let s = probe::attach(&opts, &STOP)?;
     let mut view = args.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
+    view.notes.push(("stopped".into(), format!("{:.1} ms to instrument", s.stop_window.as_secs_f64() * 1e3)));
     for c in &s.children {
         view.notes.push(("restored child".into(), format!("pid {c}, forked during the measurement")));
     }
