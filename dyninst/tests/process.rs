@@ -823,3 +823,54 @@ fn unprivileged_attach() {
         other => panic!("expected NotOurs, got {other:?}"),
     }
 }
+
+/// `run`'s spawn side of every execve refusal: the kernel's error at once, a
+/// static program refused before anything starts, nothing left behind.
+#[test]
+fn spawn_failures_are_immediate_and_leave_nothing() {
+    let b = Built::new();
+    let hello = "int main(void) { return 0; }\n";
+    let children = || {
+        let me = std::process::id();
+        std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")).unwrap_or_default()
+    };
+    let before = children();
+    let timed = |s: &Spawn| {
+        let t = Instant::now();
+        let r = s.spawn();
+        (r, t.elapsed())
+    };
+    // No exec bit: execve's EACCES, not a hang.
+    let noexec = b.cc("noexec", hello, &[]);
+    std::fs::set_permissions(&noexec, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let (r, took) = timed(&Spawn::new(&noexec));
+    match r {
+        Err(Error::Spawn { op: "execve", errno, .. }) => assert_eq!(errno, nix::errno::Errno::EACCES),
+        other => panic!("expected execve EACCES, got {other:?}"),
+    }
+    // Far below the 5 s wait bound: the error pipe is read, not waited on to EOF.
+    assert!(took < Duration::from_secs(4), "non-executable file took {took:?}");
+    // Another machine: refused before fork, naming it.
+    let arm = b.cc("arm", hello, &[]);
+    let mut bytes = std::fs::read(&arm).unwrap();
+    bytes[18..20].copy_from_slice(&183u16.to_le_bytes());
+    std::fs::write(&arm, &bytes).unwrap();
+    let e = Spawn::new(&arm).spawn().unwrap_err();
+    assert!(matches!(e, Error::NotElf { .. }) && e.to_string().contains("183"), "{e}");
+    // A missing program interpreter: ENOENT on an existing file, named as such.
+    let nointerp = b.cc("nointerp", hello, &["-Wl,--dynamic-linker=/nonexistent/papirus-ld.so"]);
+    let e = Spawn::new(&nointerp).spawn().unwrap_err();
+    assert!(
+        matches!(e, Error::Unsupported { .. }) && e.to_string().contains("/nonexistent/papirus-ld.so"),
+        "{e}"
+    );
+    // A static program: refused with the reason when a library must be preloaded.
+    let st = b.cc("static", hello, &["-static"]);
+    let e = Spawn::new(&st).preload("/nonexistent/libx.so").spawn().unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }) && e.to_string().contains("LD_PRELOAD"), "{e}");
+    // Without a preload it starts normally.
+    let p = Spawn::new(&st).spawn().unwrap();
+    let d = p.detach().unwrap();
+    assert_eq!(d.wait(Duration::from_secs(5)).unwrap(), Exit::Code(0));
+    assert_eq!(children(), before, "a child was left behind");
+}
