@@ -98,12 +98,19 @@ pub fn signal_name(sig: i32) -> String {
 struct Thread {
     /// Signals that arrived while we held the thread; delivered when it resumes.
     pending: Vec<i32>,
+    /// The thread sits in the signal-delivery stop of the last of `pending`: only
+    /// from there does resuming with a signal deliver it (from any other stop the
+    /// kernel ignores it, so those are re-queued instead).
+    in_delivery: bool,
     /// Stopped at its exit event (with the status it exits with): it can no longer run code.
     exit: Option<Exit>,
 }
 
-/// Options for every seized thread: follow new threads, see exits.
-const OPTIONS: Options = Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXIT);
+/// Options for every seized thread: follow new threads, see exits and execve.
+///
+/// Never `PTRACE_O_EXITKILL`: if papirus dies, the target must live on.
+const OPTIONS: Options =
+    Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXIT).union(Options::PTRACE_O_TRACEEXEC);
 
 /// Default bound on every wait for a stop.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -299,9 +306,7 @@ impl Process {
                         continue;
                     }
                     Event::Exec => {
-                        return Err(
-                            self.exited("a run of the whole process (it called execve)", Exit::Unknown)
-                        );
+                        return Err(Error::Exec { pid: self.pid, during: "a run of the whole process" });
                     }
                 };
                 if let Err(errno) = sys::ptrace(libc::PTRACE_CONT, tid, 0, sig as u64)
@@ -326,11 +331,15 @@ impl Process {
 
     /// Resumes one thread with its first held signal (re-queuing the others).
     fn resume(&mut self, tid: i32, req: libc::c_uint) -> Result<()> {
-        let pending = self.threads.get_mut(&tid).map(|t| std::mem::take(&mut t.pending)).unwrap_or_default();
-        for &sig in pending.iter().skip(1) {
+        let (mut pending, in_delivery) = self
+            .threads
+            .get_mut(&tid)
+            .map(|t| (std::mem::take(&mut t.pending), std::mem::take(&mut t.in_delivery)))
+            .unwrap_or_default();
+        let first = if in_delivery { pending.pop().unwrap_or(0) } else { 0 };
+        for &sig in &pending {
             let _ = sys::tgkill(self.pid, tid, sig);
         }
-        let first = pending.first().copied().unwrap_or(0);
         match sys::ptrace(req, tid, 0, first as u64) {
             Ok(_) => Ok(()),
             Err(Errno::ESRCH) if req == libc::PTRACE_DETACH && task_alive(self.pid, tid) => {
@@ -377,6 +386,19 @@ impl Process {
         }
     }
 
+    /// Resumes a thread from an event or signal stop without a signal and asks it
+    /// to stop again at once; the caller waits for that stop. A thread in a
+    /// signal-delivery stop then reports the interrupt before reaching user
+    /// space, registers unchanged.
+    fn cont_and_interrupt(&mut self, tid: i32) -> Result<()> {
+        self.interrupt(tid)?;
+        self.thread(tid).in_delivery = false;
+        match sys::ptrace(libc::PTRACE_CONT, tid, 0, 0) {
+            Ok(_) | Err(Errno::ESRCH) => Ok(()),
+            Err(errno) => Err(Error::Ptrace { op: "PTRACE_CONT", tid, errno }),
+        }
+    }
+
     fn interrupt(&mut self, tid: i32) -> Result<()> {
         match ptrace::interrupt(Pid::from_raw(tid)) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
@@ -392,21 +414,23 @@ impl Process {
                 None => {
                     return Err(Error::Timeout { what, tid, timeout_ms: self.timeout.as_millis() as u64 });
                 }
-                Some(Event::Stopped) => {}
-                Some(Event::Signal(sig)) => self.thread(tid).pending.push(sig),
+                Some(Event::Stopped) => self.thread(tid).in_delivery = false,
+                Some(Event::Signal(sig)) => {
+                    let t = self.thread(tid);
+                    t.pending.push(sig);
+                    t.in_delivery = true;
+                }
                 Some(Event::Clone(new)) => {
                     self.threads.entry(new).or_default();
                     tids.insert(new);
+                    // The parent is stopped inside clone(3), before the syscall
+                    // returns: its registers (rax = -ENOSYS) are not a state to
+                    // run code on or restore. Let the syscall finish, stop it again.
+                    self.cont_and_interrupt(tid)?;
+                    tids.insert(tid);
                 }
                 Some(Event::Exiting(status)) => self.thread(tid).exit = Some(status),
-                Some(Event::Exec) => {
-                    return Err(Error::InvalidArgument {
-                        what: format!(
-                            "pid {} called execve while papirus stopped it; attach again",
-                            self.pid
-                        ),
-                    });
-                }
+                Some(Event::Exec) => return Err(Error::Exec { pid: self.pid, during: what }),
                 Some(Event::Gone(status)) => {
                     self.threads.remove(&tid);
                     if tid == self.pid {

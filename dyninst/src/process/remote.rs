@@ -197,6 +197,8 @@ impl Process {
     /// Sets `regs` on `tid`, lets it run until `until`, and returns its registers then.
     fn run(&mut self, tid: i32, regs: &Regs, until: Until, func: u64) -> Result<Regs> {
         self.set_regs(tid, regs)?;
+        // Resumed below without its signal: a held one is re-queued at release.
+        self.thread(tid).in_delivery = false;
         let deadline = Instant::now() + self.timeout;
         let req = match until {
             Until::Step(_) => libc::PTRACE_SINGLESTEP,
@@ -245,11 +247,7 @@ impl Process {
                     self.threads.remove(&tid);
                     return Err(self.exited("remote execution", status));
                 }
-                Event::Exec => {
-                    return Err(
-                        self.exited("remote execution (the target called execve)", super::Exit::Unknown)
-                    );
-                }
+                Event::Exec => return Err(Error::Exec { pid: self.pid, during: "remote execution" }),
             }
         }
     }
@@ -265,17 +263,38 @@ impl Process {
         err
     }
 
-    /// Restores the saved registers, keeping the first error.
+    /// Restores the saved registers, keeping the first error, and brings the
+    /// thread from the stop our code ended in (a SIGTRAP or SIGSEGV of ours,
+    /// with the trap flag of a single step still armed in the kernel) back to a
+    /// plain interrupt stop: if papirus dies from here on, the kernel resumes the
+    /// thread exactly where the target left it, with no signal injected.
     fn restore(&mut self, tid: i32, regs: &Regs, x: &super::XState, out: Result<Regs>) -> Result<Regs> {
         if !self.threads.contains_key(&tid) {
             return out;
         }
         let r1 = self.set_regs(tid, regs);
         let r2 = self.set_xstate(tid, x);
+        let r3 = if out.is_ok() { self.settle(tid) } else { Ok(()) };
         let out = out?;
         r1?;
         r2?;
+        r3?;
         Ok(out)
+    }
+
+    /// Moves `tid` from the signal-delivery stop of our own trap to an interrupt
+    /// stop, the signal discarded (PTRACE_CONT also clears single-stepping).
+    /// Every signal is blocked for that short resume, so none is dequeued (and
+    /// held by us) on the way: the target's signals stay queued in the kernel.
+    fn settle(&mut self, tid: i32) -> Result<()> {
+        let ptrace_err = |op, errno| Error::Ptrace { op, tid, errno };
+        let mask = sys::get_sigmask(tid).map_err(|e| ptrace_err("PTRACE_GETSIGMASK", e))?;
+        sys::set_sigmask(tid, u64::MAX).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e))?;
+        let stopped = self
+            .cont_and_interrupt(tid)
+            .and_then(|()| self.wait_stopped([tid].into(), "stop after remote code"));
+        let restored = sys::set_sigmask(tid, mask).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e));
+        stopped.and(restored)
     }
 }
 
