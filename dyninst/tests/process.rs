@@ -874,3 +874,153 @@ fn spawn_failures_are_immediate_and_leave_nothing() {
     assert_eq!(d.wait(Duration::from_secs(5)).unwrap(), Exit::Code(0));
     assert_eq!(children(), before, "a child was left behind");
 }
+
+/// Spins in the first bytes of `spin_entry` until SIGALRM arrives; the handler
+/// (on a `sigaltstack` when given an argument) then blocks in read(2), so the
+/// only trace of `spin_entry` is the saved PC of the signal frame.
+const IN_HANDLER: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+void spin_entry(void);
+__asm__(".text\n.globl spin_entry\n.type spin_entry,@function\nspin_entry:\n"
+        "nop\n1: jmp 1b\n.size spin_entry, .-spin_entry\n");
+static int fds[2];
+static void on_alarm(int s) {
+    char c;
+    (void)s;
+    write(1, "in handler\n", 11);
+    read(fds[0], &c, 1);
+    _exit(0);
+}
+int main(int argc, char **argv) {
+    (void)argv;
+    if (pipe(fds)) return 1;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_alarm;
+    if (argc > 1) {
+        stack_t ss = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16};
+        if (sigaltstack(&ss, 0)) return 1;
+        sa.sa_flags = SA_ONSTACK;
+    }
+    sigaction(SIGALRM, &sa, 0);
+    printf("ready\n%p\n", (void *)spin_entry);
+    fflush(stdout);
+    ualarm(20000, 0);
+    spin_entry();
+    return 0;
+}
+"#;
+
+#[test]
+fn resume_pcs_include_the_saved_pc_of_signal_frames() {
+    let b = Built::new();
+    let exe = b.cc("in_handler", IN_HANDLER, &[]);
+    for altstack in [false, true] {
+        let mut cmd = Command::new(&exe);
+        if altstack {
+            cmd.arg("alt");
+        }
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let mut next = || {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            line.trim().to_string()
+        };
+        assert_eq!(next(), "ready");
+        let entry = u64::from_str_radix(next().trim_start_matches("0x"), 16).unwrap();
+        assert_eq!(next(), "in handler");
+        let pid = child.id() as i32;
+        wait_in_read(pid);
+        let p = Process::attach(pid).unwrap();
+        let pcs = p.resume_pcs(pid).unwrap();
+        let rip = p.regs(pid).unwrap().rip;
+        drop(p);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(pcs[0], rip);
+        assert!(!(entry..entry + 3).contains(&rip), "the thread itself is in read(2), not at {entry:#x}");
+        assert!(
+            pcs.iter().any(|pc| (entry..entry + 3).contains(pc)),
+            "altstack {altstack}: no saved PC in spin_entry {entry:#x}: {pcs:x?}"
+        );
+    }
+}
+
+/// Echoes stdin like SLEEPER, under a seccomp filter that kills the process on mprotect.
+const SECCOMP_TARGET: &str = r#"
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+int main(void) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mprotect, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) return 3;
+    char buf[256];
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n <= 0) break;
+        fwrite(buf, 1, n, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+/// A remote mprotect in a target whose filter kills on mprotect: done with the
+/// filter suspended when papirus may suspend it; refused before anything is
+/// touched when it may not (CAP_SYS_ADMIN dropped). The target lives either way.
+#[test]
+fn seccomp_target_is_never_killed() {
+    let b = Built::new();
+    let exe = b.cc("seccomp", SECCOMP_TARGET, &[]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    assert!(status.lines().any(|l| l.starts_with("Seccomp:") && l.ends_with('2')), "{status}");
+    wait_in_read(pid);
+    match Process::attach(pid) {
+        Ok(mut p) => {
+            let page = p.mmap_anywhere(4096, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE).unwrap();
+            p.mprotect(page, 4096, ProtFlags::PROT_READ).unwrap();
+            p.munmap(page, 4096).unwrap();
+            drop(p);
+        }
+        Err(e @ Error::Seccomp { .. }) => println!("papirus may not suspend seccomp here: {e}"),
+        Err(e) => panic!("{e}"),
+    }
+    t.send("one\n");
+    assert_eq!(t.line(), "one");
+    // Without CAP_SYS_ADMIN: refused, nothing mapped, not traced.
+    let maps_before = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin", "--"])
+        .arg(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["attach", &pid.to_string(), "--duration", "0.1", "-o"])
+        .arg(b.path("report.json"))
+        .output()
+        .expect("setpriv runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "papirus-probe without CAP_SYS_ADMIN attached: {stderr}");
+    assert!(stderr.contains("seccomp") && stderr.contains("CAP_SYS_ADMIN"), "{stderr}");
+    assert_eq!(std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap(), maps_before);
+    assert!(!b.path("report.json").exists());
+    t.send("two\n");
+    assert_eq!(t.line(), "two");
+    let (_, st) = t.finish();
+    assert!(st.success(), "target ended with {st}");
+}

@@ -22,6 +22,7 @@
 //! Every wait is bounded ([`Process::set_timeout`]); a target that exits or is
 //! killed gives [`Error::TargetExited`], never a hang.
 
+mod frames;
 mod inject;
 mod memory;
 mod regs;
@@ -123,6 +124,9 @@ pub struct Process {
     mem: File,
     child: bool,
     worker: i32,
+    /// The ptrace options of every thread (OPTIONS, plus seccomp suspension
+    /// when the target runs under a filter).
+    options: Options,
     syscall_insn: Option<u64>,
     timeout: Duration,
     /// ptrace requests must come from the thread that attached.
@@ -163,10 +167,32 @@ impl Detached {
 
 impl Process {
     /// Attaches to a running process: seizes and stops every thread.
+    ///
+    /// A target under seccomp (`Seccomp:` 1 or 2 in /proc/PID/status) could be
+    /// killed by the remote system calls papirus runs in it (mmap, mprotect), so
+    /// its filter is suspended for our threads while papirus holds them
+    /// (`PTRACE_O_SUSPEND_SECCOMP`, which needs CAP_SYS_ADMIN); the kernel lifts
+    /// the suspension at detach. Without the capability the attach is refused
+    /// with [`Error::Seccomp`] before the target is touched. While the process
+    /// runs attached (fresh-thread injection, [`Process::run_for`]) its own code
+    /// runs unfiltered too.
     pub fn attach(pid: i32) -> Result<Process> {
         precheck(pid)?;
-        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS) {
-            return Err(seize_error(pid, errno));
+        let seccomp = status_field(pid, "Seccomp").and_then(|m| m.parse::<u8>().ok()).unwrap_or(0);
+        let options = if seccomp == 0 {
+            OPTIONS
+        } else {
+            OPTIONS | Options::from_bits_retain(libc::PTRACE_O_SUSPEND_SECCOMP)
+        };
+        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), options) {
+            return Err(match errno {
+                Errno::EPERM | Errno::EINVAL if seccomp != 0 && !may_suspend_seccomp() => Error::Seccomp {
+                    pid,
+                    mode: seccomp,
+                    detail: format!("PTRACE_O_SUSPEND_SECCOMP: {errno}"),
+                },
+                errno => seize_error(pid, errno),
+            });
         }
         let mem = match open_mem(pid) {
             Ok(f) => f,
@@ -176,6 +202,7 @@ impl Process {
             }
         };
         let mut p = Process::held(pid, mem, false);
+        p.options = options;
         p.threads.insert(pid, Thread::default());
         p.interrupt(pid)?;
         // Seize the other threads before waiting, so all stops happen in parallel.
@@ -203,6 +230,7 @@ impl Process {
             mem,
             child,
             worker: pid,
+            options: OPTIONS,
             syscall_insn: None,
             timeout: DEFAULT_TIMEOUT,
             _not_send: PhantomData,
@@ -453,7 +481,7 @@ impl Process {
             if self.threads.contains_key(&tid) {
                 continue;
             }
-            match ptrace::seize(Pid::from_raw(tid), OPTIONS) {
+            match ptrace::seize(Pid::from_raw(tid), self.options) {
                 Ok(()) => {}
                 // Exited between the listing and the seize.
                 Err(Errno::ESRCH) => continue,
@@ -607,6 +635,18 @@ fn seize_error(pid: i32, errno: Errno) -> Error {
 
 /// CAP_SYS_PTRACE's bit in CapEff.
 const CAP_SYS_PTRACE: u32 = 19;
+/// CAP_SYS_ADMIN's bit in CapEff.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether the kernel lets papirus set PTRACE_O_SUSPEND_SECCOMP: CAP_SYS_ADMIN,
+/// and papirus itself not under seccomp.
+fn may_suspend_seccomp() -> bool {
+    let me = std::process::id() as i32;
+    let has_cap = status_field(me, "CapEff")
+        .and_then(|c| u64::from_str_radix(&c, 16).ok())
+        .is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0);
+    has_cap && status_field(me, "Seccomp").as_deref().is_none_or(|m| m == "0")
+}
 
 fn permission_reason(pid: i32) -> PermissionReason {
     if let Some(tracer) = status_field(pid, "TracerPid").and_then(|t| t.parse::<i32>().ok())

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::ptrace::{self, Options};
+use nix::sys::ptrace;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, pipe2};
 
@@ -161,7 +161,7 @@ impl Spawn {
             let _ = sys::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
             let _ = wait::poll(pid, libc::__WALL, Instant::now() + super::DEFAULT_TIMEOUT);
         };
-        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS | Options::PTRACE_O_TRACEEXEC) {
+        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS) {
             kill_child();
             return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid: pid, errno });
         }
