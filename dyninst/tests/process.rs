@@ -1024,3 +1024,56 @@ fn seccomp_target_is_never_killed() {
     let (_, st) = t.finish();
     assert!(st.success(), "target ended with {st}");
 }
+
+/// Prints ready, then execs itself whenever it reads "exec".
+const EXECER: &str = r#"
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    char line[64];
+    printf("ready\n");
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strcmp(line, "exec\n")) execv("/proc/self/exe", argv);
+        fputs(line, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+/// execve while papirus is detached or while it holds the process: a typed
+/// error, nothing written into the new image, the new program runs on.
+#[test]
+fn exec_is_noticed_and_nothing_is_written_into_the_new_image() {
+    let b = Built::new();
+    let exe = b.cc("execer", EXECER, &[]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    wait_in_read(pid);
+    let p = Process::attach(pid).unwrap();
+    let image = p.image().unwrap();
+    p.check_image(&image).unwrap();
+    drop(p);
+    t.send("exec\n");
+    assert_eq!(t.line(), "ready");
+    wait_in_read(pid);
+    let p = Process::attach(pid).unwrap();
+    let e = p.check_image(&image).unwrap_err();
+    assert!(matches!(e, Error::Exec { .. }), "{e}");
+    drop(p);
+    // While held: the exec event itself.
+    let mut p = Process::attach(pid).unwrap();
+    t.send("exec\n");
+    let e = p.run_for(Duration::from_millis(300)).unwrap_err();
+    assert!(matches!(e, Error::Exec { .. }), "{e}");
+    drop(p);
+    assert_eq!(t.line(), "ready");
+    t.send("still here\n");
+    assert_eq!(t.line(), "still here");
+    assert_not_stopped(pid);
+    let (_, st) = t.finish();
+    assert!(st.success());
+}

@@ -196,7 +196,10 @@ impl Process {
         for _ in 0..MAX_ROUNDS {
             let mappings = self.mappings()?;
             let danger = Danger::new(&mappings);
-            for tid in self.threads() {
+            // Threads asleep through the restart block last (see `call`).
+            let mut tids = self.threads();
+            tids.sort_by_key(|&t| self.in_restart_block(t).unwrap_or(true));
+            for tid in tids {
                 if self.usable(tid).is_ok() && !danger.contains(self.regs(tid)?.rip) {
                     self.worker = tid;
                     return Ok(());

@@ -46,7 +46,7 @@ use crate::error::{Error, PermissionReason, Result};
 
 pub use inject::{Injection, Library};
 pub use regs::{Regs, XState};
-pub use spawn::Spawn;
+pub use spawn::{Image, Spawn};
 use wait::Event;
 
 /// How a process or thread ended.

@@ -29,6 +29,8 @@ const RED_ZONE: u64 = 128;
 const RETURN_TRAP: u64 = 0;
 /// Reach of a rel32 jump, less Frida's 16 KiB safety margin.
 const REACH: u64 = (1 << 31) - 16 * 1024;
+/// The kernel's -ERESTART_RESTARTBLOCK in rax of a thread stopped in a sleep.
+const ERESTART_RESTARTBLOCK: i64 = -516;
 /// Bound on MAP_FIXED_NOREPLACE attempts over free gaps.
 const MAX_TRIES: usize = 32;
 
@@ -71,9 +73,22 @@ impl Process {
     /// arguments and returns rax. The frame: rsp below the red zone, 16-byte
     /// aligned at the call, return address 0 so the return traps back to us.
     /// Other threads stay stopped: a function that waits for one of them times out.
+    ///
+    /// When the worker is in a sleep that restarts through the kernel's restart
+    /// block (`rax = -ERESTART_RESTARTBLOCK`: nanosleep, clock_nanosleep, futex
+    /// and poll with a timeout), another held thread runs the call if one can:
+    /// a function that itself sleeps would overwrite that block and the target's
+    /// sleep would end early with EINTR.
     pub fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
+        self.usable(self.worker)?;
+        if self.in_restart_block(self.worker)?
+            && let Some(other) = self.threads().into_iter().find(|&t| {
+                t != self.worker && self.usable(t).is_ok() && self.in_restart_block(t).is_ok_and(|b| !b)
+            })
+        {
+            self.worker = other;
+        }
         let tid = self.worker;
-        self.usable(tid)?;
         if args.len() > 6 {
             return Err(Error::InvalidArgument {
                 what: format!("remote calls take at most 6 integer arguments, not {}", args.len()),
@@ -95,6 +110,12 @@ impl Process {
         r.eflags &= !(TF | DF);
         let out = self.run(tid, &r, Until::Return, func);
         self.restore(tid, &saved, &xsaved, out).map(|r| r.rax)
+    }
+
+    /// Whether `tid` stopped in a syscall that restarts through the restart block.
+    pub(super) fn in_restart_block(&self, tid: i32) -> Result<bool> {
+        let r = self.regs(tid)?;
+        Ok((r.orig_rax as i64) >= 0 && r.rax as i64 == ERESTART_RESTARTBLOCK)
     }
 
     /// Remote `mmap`; returns the address. `flags` gets nothing added.

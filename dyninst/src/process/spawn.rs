@@ -26,6 +26,16 @@ use crate::error::{Error, Result};
 
 /// `AT_ENTRY` in the aux vector.
 const AT_ENTRY: u64 = 9;
+/// `AT_RANDOM`: the address of 16 bytes the kernel fills at random for each execve.
+const AT_RANDOM: u64 = 25;
+
+/// One program image of a process: the 16 random bytes execve left at AT_RANDOM
+/// (a new execve, even of the same file, gives new ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Image {
+    at: u64,
+    random: [u8; 16],
+}
 const INT3: u8 = 0xcc;
 
 /// How to start a program under papirus' control (builder; `spawn` may be called repeatedly).
@@ -357,6 +367,32 @@ fn pass(tid: i32, sig: i32) -> Result<()> {
 impl Process {
     /// The entry point of the main program (AT_ENTRY: e_entry plus the load bias).
     pub fn entry_point(&self) -> Result<u64> {
+        self.auxv(AT_ENTRY, "AT_ENTRY")
+    }
+
+    /// The program image the process runs now; compare it with
+    /// [`Process::check_image`] after papirus was detached for a while.
+    pub fn image(&self) -> Result<Image> {
+        let at = self.auxv(AT_RANDOM, "AT_RANDOM")?;
+        let mut random = [0u8; 16];
+        self.read_memory(at, &mut random)?;
+        Ok(Image { at, random })
+    }
+
+    /// Fails with [`Error::Exec`] when the process no longer runs `image`: it
+    /// called execve since, and nothing of the old image may be written into it.
+    pub fn check_image(&self, image: &Image) -> Result<()> {
+        match self.image() {
+            Ok(now) if now == *image => Ok(()),
+            Ok(_) | Err(Error::Memory { .. }) => {
+                Err(Error::Exec { pid: self.pid, during: "the time papirus was detached" })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One entry of the aux vector (/proc/PID/auxv, a few hundred bytes, read whole).
+    fn auxv(&self, key: u64, name: &str) -> Result<u64> {
         let path = super::proc_path(self.pid, "auxv");
         let auxv = std::fs::read(&path).map_err(|source| Error::Io { path, source })?;
         auxv.chunks_exact(16)
@@ -366,10 +402,10 @@ impl Process {
                     u64::from_ne_bytes(c[8..].try_into().unwrap_or_default()),
                 )
             })
-            .find(|&(k, _)| k == AT_ENTRY)
+            .find(|&(k, _)| k == key)
             .map(|(_, v)| v)
             .ok_or_else(|| Error::NotFound {
-                what: "AT_ENTRY".into(),
+                what: name.into(),
                 pid: self.pid,
                 detail: "/proc/PID/auxv".into(),
             })
