@@ -39,6 +39,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
     super::check_events(opts.probe, &opts.events)?;
     let pid = opts.pid;
     let mut p = Process::attach(pid)?;
+    let image = p.image()?;
     let already = TargetHooks::find(&p).ok();
     if already.is_none() {
         p.inject(&opts.runtime)?;
@@ -62,6 +63,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<(usize, Vec<Ref
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut p = Process::attach(pid)?;
+    p.check_image(&image)?;
     let flushed = p.call(hooks.flush, &[]);
     // Restore even if the flush failed; live frames still return through the
     // runtime's exit stub, which stays loaded.

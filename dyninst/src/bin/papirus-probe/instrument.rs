@@ -3,10 +3,11 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use clap::Args;
+use nix::sys::signal::{SigSet, Signal};
 use papirus_calibrate::CostFile;
 use papirus_dyninst::probe::{self, AttachOptions, RunOptions, Selection, SortKey};
 
@@ -178,23 +179,42 @@ pub fn run(args: &RunArgs) -> Result<(), Failure> {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal that set [`STOP`], 0 for none.
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// The signals that end an attach cleanly (restore, flush, detach) instead of
+/// killing the tool with the target still patched.
+const ENDING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+fn ending_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in ENDING {
+        set.add(s);
+    }
+    set
+}
 
 /// `papirus-probe attach`.
+///
+/// SIGINT, SIGTERM and SIGHUP are blocked in every thread before the target is
+/// touched and taken by a thread waiting for them: whenever one arrives, the
+/// attach runs to its end (the runtime flushed, every patch restored, the
+/// target detached) before the tool exits. Ctrl-C without `--duration` is the
+/// normal end of the measurement; any other of these signals is raised again
+/// afterwards with its default action, so the exit status says what ended us.
 pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
     let (p, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(&args.probe)?;
     let duration = args.duration.map(Duration::from_secs_f64);
+    let ending = ending_signals();
+    ending.thread_block()?;
+    std::thread::spawn(move || {
+        if let Ok(sig) = ending.wait() {
+            STOPPED_BY.store(sig as i32, Ordering::Relaxed);
+            STOP.store(true, Ordering::Relaxed);
+        }
+    });
     if duration.is_none() {
-        // Ctrl-C is taken by a thread waiting for it, so it ends the
-        // measurement (and the detach still happens) instead of the tool.
-        let mut sigint = nix::sys::signal::SigSet::empty();
-        sigint.add(nix::sys::signal::Signal::SIGINT);
-        sigint.thread_block()?;
-        std::thread::spawn(move || {
-            if sigint.wait().is_ok() {
-                STOP.store(true, Ordering::Relaxed);
-            }
-        });
         eprintln!("papirus-probe: measuring pid {} until Ctrl-C", args.pid);
     }
     let opts = AttachOptions {
@@ -206,11 +226,33 @@ pub fn attach(args: &AttachArgs) -> Result<(), Failure> {
         duration,
         runtime,
     };
-    let (installed, refused) = probe::attach(&opts, &STOP)?;
+    let attached = probe::attach(&opts, &STOP);
+    let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
+    if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
+        eprintln!("papirus-probe: {sig} received: pid {} restored and detached", args.pid);
+        if let Err(e) = &attached {
+            eprintln!("papirus-probe: error: {e}");
+        }
+        reraise(sig);
+    }
+    let (installed, refused) = attached?;
     probe::print_summary(installed, &refused);
     eprintln!("papirus-probe: detached from pid {}; report in {}", args.pid, args.probe.output.display());
     print_report(&args.probe.output, None, args.sort)?;
     print_prediction(costs, &args.probe.output)
+}
+
+/// Ends the tool by `sig` with its default action (the exit status a shell reports).
+fn reraise(sig: Signal) -> ! {
+    use nix::sys::signal::{SigHandler, raise, signal};
+    // SAFETY: restoring the default disposition installs no handler of ours.
+    let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+    let _ = raise(sig);
+    let mut only = SigSet::empty();
+    only.add(sig);
+    let _ = only.thread_unblock();
+    // Not reached when the signal's default action ends the process.
+    std::process::exit(128 + sig as i32)
 }
 
 /// `papirus-probe report`.
