@@ -214,6 +214,33 @@ impl Process {
         })
     }
 
+    /// Lets the process run in short steps until no held thread other than
+    /// `worker` is stopped where it may hold a lock any remote function could
+    /// need: in the dynamic loader, in one of libc's allocator functions, or in
+    /// `fork` (which holds malloc's locks across its clone). A remote call would
+    /// wait for that lock until its timeout, and an abandoned call can leave
+    /// locks of its own taken. Gives up after [`MAX_ROUNDS`]; the call's own
+    /// timeout still bounds what follows.
+    pub(super) fn quiesce(&mut self, worker: i32) -> Result<()> {
+        if self.lock_code.is_none() {
+            let mappings = self.mappings()?;
+            self.lock_code = Some(Danger::new(&mappings).ranges);
+        }
+        for _ in 0..MAX_ROUNDS {
+            let ranges = self.lock_code.as_deref().unwrap_or_default();
+            let busy = self.threads().into_iter().any(|t| {
+                t != worker
+                    && self.usable(t).is_ok()
+                    && self.regs(t).is_ok_and(|r| ranges.iter().any(|&(s, e)| (s..e).contains(&r.rip)))
+            });
+            if !busy {
+                return Ok(());
+            }
+            self.run_for(PAUSE)?;
+        }
+        Ok(())
+    }
+
     /// Copies a NUL-terminated string into a fresh page of the target.
     fn remote_string(&mut self, bytes: &[u8]) -> Result<u64> {
         if bytes.len() >= 4096 || bytes.contains(&0) {
@@ -283,6 +310,10 @@ const ALLOCATOR: &[&str] = &[
     "mallinfo",
     "mallinfo2",
     "cfree",
+    // fork holds every arena lock from before its clone until after it.
+    "fork",
+    "_Fork",
+    "__libc_fork",
 ];
 
 impl Danger {

@@ -128,6 +128,9 @@ pub struct Process {
     /// when the target runs under a filter).
     options: Options,
     syscall_insn: Option<u64>,
+    /// Code ranges where a stopped thread may hold a lock remote calls need
+    /// (loader, allocator, fork), computed at the first remote call.
+    lock_code: Option<Vec<(u64, u64)>>,
     timeout: Duration,
     /// ptrace requests must come from the thread that attached.
     _not_send: PhantomData<*const ()>,
@@ -232,6 +235,7 @@ impl Process {
             worker: pid,
             options: OPTIONS,
             syscall_insn: None,
+            lock_code: None,
             timeout: DEFAULT_TIMEOUT,
             _not_send: PhantomData,
         }

@@ -81,6 +81,7 @@ impl Process {
     /// sleep would end early with EINTR.
     pub fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         self.usable(self.worker)?;
+        self.quiesce(self.worker)?;
         if self.in_restart_block(self.worker)?
             && let Some(other) = self.threads().into_iter().find(|&t| {
                 t != self.worker && self.usable(t).is_ok() && self.in_restart_block(t).is_ok_and(|b| !b)
