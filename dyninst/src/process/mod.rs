@@ -27,6 +27,7 @@ mod inject;
 mod memory;
 mod regs;
 mod remote;
+mod restoring;
 mod spawn;
 mod sys;
 mod wait;
@@ -110,8 +111,10 @@ struct Thread {
 /// Options for every seized thread: follow new threads, see exits and execve.
 ///
 /// Never `PTRACE_O_EXITKILL`: if papirus dies, the target must live on.
-const OPTIONS: Options =
-    Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXIT).union(Options::PTRACE_O_TRACEEXEC);
+const OPTIONS: Options = Options::PTRACE_O_TRACECLONE
+    .union(Options::PTRACE_O_TRACEEXIT)
+    .union(Options::PTRACE_O_TRACEEXEC)
+    .union(Options::PTRACE_O_TRACESYSGOOD);
 
 /// Default bound on every wait for a stop.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -131,6 +134,8 @@ pub struct Process {
     /// Code ranges where a stopped thread may hold a lock remote calls need
     /// (loader, allocator, fork), computed at the first remote call.
     lock_code: Option<Vec<(u64, u64)>>,
+    /// The page of the self-restoring stub (`restoring`), once mapped.
+    stub: Option<u64>,
     timeout: Duration,
     /// ptrace requests must come from the thread that attached.
     _not_send: PhantomData<*const ()>,
@@ -236,6 +241,7 @@ impl Process {
             options: OPTIONS,
             syscall_insn: None,
             lock_code: None,
+            stub: None,
             timeout: DEFAULT_TIMEOUT,
             _not_send: PhantomData,
         }
@@ -321,7 +327,7 @@ impl Process {
                 };
                 let sig = match wait::classify(tid, status) {
                     Event::Signal(sig) => sig,
-                    Event::Stopped => 0,
+                    Event::Stopped | Event::Syscall => 0,
                     Event::Clone(new) => {
                         self.threads.entry(new).or_default();
                         0
@@ -446,7 +452,7 @@ impl Process {
                 None => {
                     return Err(Error::Timeout { what, tid, timeout_ms: self.timeout.as_millis() as u64 });
                 }
-                Some(Event::Stopped) => self.thread(tid).in_delivery = false,
+                Some(Event::Stopped | Event::Syscall) => self.thread(tid).in_delivery = false,
                 Some(Event::Signal(sig)) => {
                     let t = self.thread(tid);
                     t.pending.push(sig);
@@ -505,6 +511,7 @@ impl Process {
 
     /// Detaches every thread, delivering held signals; empties the thread table.
     fn release(&mut self) -> Result<()> {
+        self.drop_stub();
         let mut first_err = None;
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {

@@ -45,7 +45,8 @@ enum Until {
 
 impl Process {
     /// Runs system call `nr` with up to six arguments on the worker thread; returns
-    /// the raw result (a negative errno on failure).
+    /// the raw result (a negative errno on failure). It runs self-restoring
+    /// (see `restoring`), except on a thread asleep through the restart block.
     pub fn syscall(&mut self, nr: i64, args: &[u64]) -> Result<i64> {
         let tid = self.worker;
         self.usable(tid)?;
@@ -54,6 +55,23 @@ impl Process {
                 what: format!("a system call takes at most 6 arguments, not {}", args.len()),
             });
         }
+        if self.in_restart_block(tid)? {
+            return self.stepped_syscall(nr, args);
+        }
+        let stub = self.stub()?;
+        let mut r = self.regs(tid)?;
+        let mut a = [0u64; 6];
+        a[..args.len()].copy_from_slice(args);
+        r.rax = nr as u64;
+        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        self.run_restoring(tid, r, stub + super::restoring::STUB_SYSCALL).map(|v| v as i64)
+    }
+
+    /// [`Process::syscall`] by a single step over a `syscall` instruction of
+    /// the target: no stub needed, the restart block untouched.
+    pub(super) fn stepped_syscall(&mut self, nr: i64, args: &[u64]) -> Result<i64> {
+        let tid = self.worker;
+        self.usable(tid)?;
         let insn = self.syscall_instruction()?;
         let saved = self.regs(tid)?;
         let xsaved = self.xstate(tid)?;
@@ -94,6 +112,14 @@ impl Process {
             return Err(Error::InvalidArgument {
                 what: format!("remote calls take at most 6 integer arguments, not {}", args.len()),
             });
+        }
+        if !self.in_restart_block(tid)? {
+            let mut r = self.regs(tid)?;
+            let mut a = [0u64; 6];
+            a[..args.len()].copy_from_slice(args);
+            r.rax = 0; // no vector arguments, for variadic callees
+            (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+            return self.run_restoring(tid, r, func);
         }
         let saved = self.regs(tid)?;
         let xsaved = self.xstate(tid)?;
@@ -238,7 +264,7 @@ impl Process {
             };
             match ev {
                 // A leftover interrupt or a group-stop: carry on.
-                Event::Stopped => {}
+                Event::Stopped | Event::Syscall => {}
                 Event::Clone(new) => {
                     self.threads.entry(new).or_default();
                     self.wait_stopped([new].into(), "stop")?;
@@ -275,7 +301,7 @@ impl Process {
     }
 
     /// After a timeout: stop the thread again so its registers can be restored.
-    fn stuck(&mut self, tid: i32) -> Error {
+    pub(super) fn stuck(&mut self, tid: i32) -> Error {
         let err =
             Error::Timeout { what: "finish remote code", tid, timeout_ms: self.timeout.as_millis() as u64 };
         let saved = self.timeout;
@@ -308,7 +334,7 @@ impl Process {
     /// stop, the signal discarded (PTRACE_CONT also clears single-stepping).
     /// Every signal is blocked for that short resume, so none is dequeued (and
     /// held by us) on the way: the target's signals stay queued in the kernel.
-    fn settle(&mut self, tid: i32) -> Result<()> {
+    pub(super) fn settle(&mut self, tid: i32) -> Result<()> {
         let ptrace_err = |op, errno| Error::Ptrace { op, tid, errno };
         let mask = sys::get_sigmask(tid).map_err(|e| ptrace_err("PTRACE_GETSIGMASK", e))?;
         sys::set_sigmask(tid, u64::MAX).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e))?;

@@ -443,7 +443,7 @@ impl Process {
                     sig = libc::SIGTRAP;
                 }
                 Some(Event::Signal(s)) => sig = s,
-                Some(Event::Stopped) | Some(Event::Exec) => {}
+                Some(Event::Stopped | Event::Syscall | Event::Exec) => {}
                 Some(Event::Clone(new)) => {
                     self.threads.entry(new).or_default();
                     self.wait_stopped([new].into(), "stop")?;
