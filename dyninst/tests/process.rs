@@ -1124,3 +1124,51 @@ fn target_survives_papirus_killed_during_a_remote_call() {
     assert_eq!(rest, "bye\n");
     assert!(status.success(), "target ended with {status}");
 }
+
+/// Sleeps 1 s four times, printing how each sleep ended and how long it took.
+const NANOSLEEPER: &str = r#"
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+int main(void) {
+    printf("ready\n");
+    fflush(stdout);
+    for (int i = 0; i < 4; i++) {
+        struct timespec d = {1, 0}, a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        int r = nanosleep(&d, 0);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        double t = (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) * 1e-9;
+        printf("%s %s\n", r ? strerror(errno) : "ok", t >= 1.0 ? "full" : "short");
+        fflush(stdout);
+    }
+    return 0;
+}
+"#;
+
+/// Remote work on a process whose only thread sleeps in nanosleep (restarted
+/// through the kernel's restart block): system calls, a function, and a
+/// function that itself sleeps. Each sleep of the target ends normally and
+/// lasts its full length.
+#[test]
+fn a_sleeping_target_sleeps_its_full_length() {
+    let b = Built::new();
+    let exe = b.cc("nanosleeper", NANOSLEEPER, &[]);
+    let mut t = Target::start(&exe);
+    let pid = t.pid();
+    for op in 0..4 {
+        std::thread::sleep(Duration::from_millis(300));
+        let mut p = Process::attach(pid).unwrap();
+        let r = p.regs(pid).unwrap();
+        assert_eq!(r.rax as i64, -516, "op {op}: not asleep through the restart block");
+        match op {
+            0 => drop(p.syscall(libc::SYS_getpid, &[]).unwrap()),
+            1 => drop(p.mmap_anywhere(4096, ProtFlags::PROT_READ).and_then(|a| p.munmap(a, 4096)).unwrap()),
+            2 => drop(p.call(p.module_function("libc.so", "getpid").unwrap(), &[]).unwrap()),
+            _ => drop(p.call(p.module_function("libc.so", "usleep").unwrap(), &[1000]).unwrap()),
+        }
+        drop(p);
+        assert_eq!(t.line(), "ok full", "op {op}");
+    }
+}

@@ -97,22 +97,35 @@ impl Process {
     /// and poll with a timeout), another held thread runs the call if one can:
     /// a function that itself sleeps would overwrite that block and the target's
     /// sleep would end early with EINTR.
+    /// When every thread is in such a sleep, the call runs on a thread created
+    /// for it (`pthread_create`, which leaves the block alone) while the process
+    /// runs, when the target has threads.
     pub fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         self.usable(self.worker)?;
-        self.quiesce(self.worker)?;
-        if self.in_restart_block(self.worker)?
-            && let Some(other) = self.threads().into_iter().find(|&t| {
-                t != self.worker && self.usable(t).is_ok() && self.in_restart_block(t).is_ok_and(|b| !b)
-            })
-        {
-            self.worker = other;
-        }
-        let tid = self.worker;
         if args.len() > 6 {
             return Err(Error::InvalidArgument {
                 what: format!("remote calls take at most 6 integer arguments, not {}", args.len()),
             });
         }
+        self.quiesce(self.worker)?;
+        if self.in_restart_block(self.worker)? {
+            match self.threads().into_iter().find(|&t| {
+                t != self.worker && self.usable(t).is_ok() && self.in_restart_block(t).is_ok_and(|b| !b)
+            }) {
+                Some(other) => self.worker = other,
+                None => {
+                    if let Some(fresh) = self.call_fresh(func, args)? {
+                        return Ok(fresh);
+                    }
+                }
+            }
+        }
+        self.call_here(func, args)
+    }
+
+    /// [`Process::call`] on the worker itself.
+    pub(super) fn call_here(&mut self, func: u64, args: &[u64]) -> Result<u64> {
+        let tid = self.worker;
         if !self.in_restart_block(tid)? {
             let mut r = self.regs(tid)?;
             let mut a = [0u64; 6];
