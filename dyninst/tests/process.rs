@@ -1164,7 +1164,10 @@ fn a_sleeping_target_sleeps_its_full_length() {
         assert_eq!(r.rax as i64, -516, "op {op}: not asleep through the restart block");
         match op {
             0 => drop(p.syscall(libc::SYS_getpid, &[]).unwrap()),
-            1 => drop(p.mmap_anywhere(4096, ProtFlags::PROT_READ).and_then(|a| p.munmap(a, 4096)).unwrap()),
+            1 => {
+                let a = p.mmap_anywhere(4096, ProtFlags::PROT_READ).unwrap();
+                p.munmap(a, 4096).unwrap();
+            }
             2 => drop(p.call(p.module_function("libc.so", "getpid").unwrap(), &[]).unwrap()),
             _ => drop(p.call(p.module_function("libc.so", "usleep").unwrap(), &[1000]).unwrap()),
         }
