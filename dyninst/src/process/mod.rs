@@ -21,6 +21,33 @@
 //!
 //! Every wait is bounded ([`Process::set_timeout`]); a target that exits or is
 //! killed gives [`Error::TargetExited`], never a hang.
+//!
+//! # Invariants
+//!
+//! - **Only resumable states run our code.** Remote code runs on a thread in an
+//!   interrupt or signal-delivery stop in user space, never at a ptrace event
+//!   stop: a thread reporting a clone event is inside `clone3` (rax = -ENOSYS),
+//!   so it is continued and stopped again first.
+//! - **Every syscall the target was in completes or restarts as without us.**
+//!   Registers, vector state and signal mask are restored exactly; a thread
+//!   asleep through the kernel's restart block (nanosleep, futex or poll with a
+//!   timeout) never runs a function that could sleep (another thread, or a
+//!   thread created for the call, runs it), so no sleep ends early with EINTR.
+//! - **papirus may die at any moment.** Remote code restores its thread by
+//!   itself through `rt_sigreturn` (`restoring`); after remote code every thread
+//!   is back in a plain interrupt stop, with no trap flag and no signal of ours
+//!   pending; `PTRACE_O_EXITKILL` is never set.
+//! - **Signals are never lost.** A signal arriving while a thread is held is
+//!   kept and delivered when the thread resumes (or re-queued when the thread
+//!   no longer sits in its delivery stop).
+//! - **A changed image is never written.** An execve during a stop is
+//!   [`Error::Exec`]; [`Process::image`] / [`Process::check_image`] tell whether
+//!   one happened while papirus was detached.
+//! - **Seccomp cannot kill the target for our syscalls.** The filter is
+//!   suspended while papirus holds the process, or the attach is refused before
+//!   anything is touched ([`Error::Seccomp`]).
+//! - **Every PC a thread resumes at is known** ([`Process::resume_pcs`]): its
+//!   rip, its syscall's restart point and the saved rip of each signal frame.
 
 mod frames;
 mod inject;

@@ -5,6 +5,13 @@
 //! `orig_rax = -1` keeps the kernel's restart logic away from it; restoring the
 //! saved registers afterwards (its `orig_rax`, and `rax = -ERESTART…`) lets the
 //! kernel restart it exactly as it would have.
+//!
+//! The code normally runs self-restoring (`restoring`): if papirus dies, the
+//! thread puts itself back. On a thread asleep through the restart block, whose
+//! block `rt_sigreturn` would reset, system calls run by a single step over a
+//! `syscall` instruction of the target and functions return to address 0 (the
+//! fault hands the thread back); functions go to another thread when one can
+//! take them.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
