@@ -371,7 +371,7 @@ impl Process {
                         continue;
                     }
                     Event::Exec => {
-                        return Err(Error::Exec { pid: self.pid, during: "a run of the whole process" });
+                        return Err(self.exec_error("a run of the whole process"));
                     }
                 };
                 if let Err(errno) = sys::ptrace(libc::PTRACE_CONT, tid, 0, sig as u64)
@@ -495,7 +495,7 @@ impl Process {
                     tids.insert(tid);
                 }
                 Some(Event::Exiting(status)) => self.thread(tid).exit = Some(status),
-                Some(Event::Exec) => return Err(Error::Exec { pid: self.pid, during: what }),
+                Some(Event::Exec) => return Err(self.exec_error(what)),
                 Some(Event::Gone(status)) => {
                     self.threads.remove(&tid);
                     if tid == self.pid {
@@ -567,6 +567,16 @@ impl Process {
                 what: format!("{tid} is not a thread of pid {} held by papirus", self.pid),
             }),
         }
+    }
+
+    /// The process called execve: every address papirus knew (its stub page,
+    /// the syscall instruction, lock code) belongs to the old image, so forget
+    /// them; nothing is ever run or written there again.
+    fn exec_error(&mut self, during: &'static str) -> Error {
+        self.stub = None;
+        self.syscall_insn = None;
+        self.lock_code = None;
+        Error::Exec { pid: self.pid, during }
     }
 
     fn exited(&self, during: &'static str, status: Exit) -> Error {

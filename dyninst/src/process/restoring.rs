@@ -268,7 +268,7 @@ impl Process {
                     self.threads.remove(&tid);
                     return Err(self.exited("remote execution", status));
                 }
-                Event::Exec => return Err(Error::Exec { pid: self.pid, during: "remote execution" }),
+                Event::Exec => return Err(self.exec_error("remote execution")),
             }
         }
     }
