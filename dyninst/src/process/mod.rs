@@ -472,35 +472,83 @@ impl Process {
     }
 
     /// Waits until every thread of `tids` reports a stop, following clones and exits.
+    ///
+    /// The threads are polled round-robin, not one after the other: a thread
+    /// killed by SIGKILL (an execve in another thread kills every other thread
+    /// so, as does the end of the process) is let go from its exit stop at
+    /// once, since the execve or the exit waits for it, and is then waited for
+    /// until it is gone or (the leader) reports the execve.
     fn wait_stopped(&mut self, mut tids: BTreeSet<i32>, what: &'static str) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        while let Some(tid) = tids.pop_first() {
-            match wait::event(tid, deadline)? {
-                None => {
-                    return Err(Error::Timeout { what, tid, timeout_ms: self.timeout.as_millis() as u64 });
+        let mut pause = Duration::from_micros(5);
+        while let Some(&first) = tids.first() {
+            let mut reported = Vec::new();
+            for &tid in &tids {
+                match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+                    Ok(Some(status)) => reported.push((tid, wait::classify(tid, status))),
+                    Ok(None) | Err(Errno::EINTR) => {}
+                    // Not (or no longer) waitable: gone and reaped elsewhere.
+                    Err(Errno::ECHILD) => reported.push((tid, Event::Gone(Exit::Unknown))),
+                    Err(errno) => return Err(Error::Ptrace { op: "waitpid", tid, errno }),
                 }
-                Some(Event::Stopped | Event::Syscall) => self.thread(tid).in_delivery = false,
-                Some(Event::Signal(sig)) => {
-                    let t = self.thread(tid);
-                    t.pending.push(sig);
-                    t.in_delivery = true;
+            }
+            if reported.is_empty() {
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout {
+                        what,
+                        tid: first,
+                        timeout_ms: self.timeout.as_millis() as u64,
+                    });
                 }
-                Some(Event::Clone(new)) => {
-                    self.threads.entry(new).or_default();
-                    tids.insert(new);
-                    // The parent is stopped inside clone(3), before the syscall
-                    // returns: its registers (rax = -ENOSYS) are not a state to
-                    // run code on or restore. Let the syscall finish, stop it again.
-                    self.cont_and_interrupt(tid)?;
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_micros(200));
+                continue;
+            }
+            pause = Duration::from_micros(5);
+            for (tid, event) in reported {
+                tids.remove(&tid);
+                self.on_stop(tid, event, &mut tids, what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one stop reported while waiting for `tids` (see [`Process::wait_stopped`]).
+    fn on_stop(
+        &mut self,
+        tid: i32,
+        event: Event,
+        tids: &mut BTreeSet<i32>,
+        what: &'static str,
+    ) -> Result<()> {
+        match event {
+            Event::Stopped | Event::Syscall => self.thread(tid).in_delivery = false,
+            Event::Signal(sig) => {
+                let t = self.thread(tid);
+                t.pending.push(sig);
+                t.in_delivery = true;
+            }
+            Event::Clone(new) => {
+                self.threads.entry(new).or_default();
+                tids.insert(new);
+                // The parent is stopped inside clone(3), before the syscall
+                // returns: its registers (rax = -ENOSYS) are not a state to
+                // run code on or restore. Let the syscall finish, stop it again.
+                self.cont_and_interrupt(tid)?;
+                tids.insert(tid);
+            }
+            Event::Exiting(Exit::Signal(libc::SIGKILL)) => {
+                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
+                if sys::ptrace(libc::PTRACE_CONT, tid, 0, 0).is_ok() {
                     tids.insert(tid);
                 }
-                Some(Event::Exiting(status)) => self.thread(tid).exit = Some(status),
-                Some(Event::Exec) => return Err(self.exec_error(what)),
-                Some(Event::Gone(status)) => {
-                    self.threads.remove(&tid);
-                    if tid == self.pid {
-                        return Err(Error::TargetExited { pid: self.pid, status, during: what });
-                    }
+            }
+            Event::Exiting(status) => self.thread(tid).exit = Some(status),
+            Event::Exec => return Err(self.exec_error(what)),
+            Event::Gone(status) => {
+                self.threads.remove(&tid);
+                if tid == self.pid {
+                    return Err(Error::TargetExited { pid: self.pid, status, during: what });
                 }
             }
         }
