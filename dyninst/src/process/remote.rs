@@ -95,9 +95,12 @@ impl Process {
     }
 
     /// Calls the function at `func` on the worker thread with up to six integer
-    /// arguments and returns rax. The frame: rsp below the red zone, 16-byte
-    /// aligned at the call, return address 0 so the return traps back to us.
-    /// Other threads stay stopped: a function that waits for one of them times out.
+    /// arguments and returns rax. The frame: rsp below the red zone (and below
+    /// the thread's saved state), 16-byte aligned at the call; the function
+    /// returns into the self-restoring stub (see the module documentation).
+    /// Other threads stay stopped: a function that waits for one of them times
+    /// out, which is why threads stopped in the loader, the allocator or fork
+    /// are first let run out of them.
     ///
     /// When the worker is in a sleep that restarts through the kernel's restart
     /// block (`rax = -ERESTART_RESTARTBLOCK`: nanosleep, clock_nanosleep, futex
