@@ -1,8 +1,9 @@
 //! Remote code that restores its thread by itself.
 //!
 //! Before remote code runs, the thread's own state (registers, vector state,
-//! signal mask) is written below its red zone as a signal frame, and the code
-//! ends in a stub that executes `rt_sigreturn` on that frame:
+//! signal mask) is written as a signal frame at the top of a private stack
+//! (the code runs on that stack, never on the target's), and the code ends in
+//! a stub that executes `rt_sigreturn` on that frame:
 //!
 //! ```text
 //! stub+0:  syscall                 ; entry of a remote system call
@@ -26,8 +27,9 @@
 //! (`-ERESTART_RESTARTBLOCK`) would lose its deadline: it never runs code this
 //! way (see [`Process::call`]).
 //!
-//! The stub page is mapped by the first remote operation and unmapped when the
-//! process is released; those two system calls run by a single step.
+//! The stub page and the stack are mapped by the first remote operation and
+//! unmapped when the process is released; those system calls run by a single
+//! step.
 
 use std::time::Instant;
 
@@ -41,10 +43,13 @@ pub(super) const STUB_SYSCALL: u64 = 0;
 pub(super) const STUB_RETURN: u64 = 2;
 const STUB_END: u64 = 14;
 
+/// The stub page and, above it, the stack remote code runs on: the target's
+/// own stacks are never written (a thread may be on a small sigaltstack or a
+/// coroutine stack with no room below its rsp).
+const REGION: u64 = 4096 + 256 * 1024;
+
 /// `rt_sigreturn`.
 const SYS_RT_SIGRETURN: u64 = 15;
-/// The x86-64 System V red zone below rsp.
-const RED_ZONE: u64 = 128;
 /// `struct ucontext` (kernel layout): flags, link, stack, mcontext, sigmask.
 const UC_SIZE: u64 = 304;
 const UC_STACK_FLAGS: usize = 24;
@@ -72,13 +77,12 @@ struct Frame {
 }
 
 /// The frame for `saved` (general registers), `xstate` (as PTRACE_GETREGSET
-/// gives it) and `mask`, placed below `saved.rsp`'s red zone.
-fn frame(saved: &Regs, xstate: &[u8], mask: u64) -> Option<Frame> {
+/// gives it) and `mask`, placed below `top`.
+fn frame(saved: &Regs, xstate: &[u8], mask: u64, top: u64) -> Option<Frame> {
     let len = xstate.len() as u64;
     if xstate.len() < SW_BYTES + 48 {
         return None;
     }
-    let top = saved.rsp.checked_sub(RED_ZONE)?;
     let fp = (top.checked_sub(len + 4)?) & !63;
     // The ucontext 16-aligned right after the slot: the slot is ≡ 8 (mod 16), as after a call.
     let uc = (fp.checked_sub(UC_SIZE)?) & !15;
@@ -125,31 +129,31 @@ fn frame(saved: &Regs, xstate: &[u8], mask: u64) -> Option<Frame> {
 }
 
 impl Process {
-    /// The stub page, mapped at the first use.
+    /// The stub page and the private stack above it, mapped at the first use.
     pub(super) fn stub(&mut self) -> Result<u64> {
         if let Some(s) = self.stub {
             return Ok(s);
         }
-        let page = self.stepped_syscall(
-            libc::SYS_mmap,
-            &[
-                0,
-                4096,
-                (libc::PROT_READ | libc::PROT_EXEC) as u64,
-                (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64,
-                u64::MAX,
-                0,
-            ],
-        )?;
-        if (-4095..0).contains(&page) {
-            return Err(Error::RemoteSyscall {
-                name: "mmap",
-                pid: self.pid,
-                errno: nix::errno::Errno::from_raw(-page as i32),
-            });
+        let checked = |name, r: i64, pid| {
+            if (-4095..0).contains(&r) {
+                Err(Error::RemoteSyscall { name, pid, errno: nix::errno::Errno::from_raw(-r as i32) })
+            } else {
+                Ok(r as u64)
+            }
+        };
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+        let rw = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let page = self.stepped_syscall(libc::SYS_mmap, &[0, REGION, rw, flags as u64, u64::MAX, 0])?;
+        let page = checked("mmap", page, self.pid)?;
+        let rx = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+        let protected = self
+            .write_memory(page, &STUB)
+            .and_then(|()| self.stepped_syscall(libc::SYS_mprotect, &[page, 4096, rx]))
+            .and_then(|r| checked("mprotect", r, self.pid));
+        if let Err(e) = protected {
+            let _ = self.stepped_syscall(libc::SYS_munmap, &[page, REGION]);
+            return Err(e);
         }
-        let page = page as u64;
-        self.write_memory(page, &STUB)?;
         self.stub = Some(page);
         Ok(page)
     }
@@ -159,7 +163,7 @@ impl Process {
         if let Some(page) = self.stub.take()
             && self.usable(self.worker).is_ok()
         {
-            let _ = self.stepped_syscall(libc::SYS_munmap, &[page, 4096]);
+            let _ = self.stepped_syscall(libc::SYS_munmap, &[page, REGION]);
         }
     }
 
@@ -173,9 +177,13 @@ impl Process {
         let xsaved = self.xstate(tid)?;
         let mask =
             sys::get_sigmask(tid).map_err(|errno| Error::Ptrace { op: "PTRACE_GETSIGMASK", tid, errno })?;
-        let f = frame(&saved, xsaved.as_bytes(), mask).ok_or_else(|| Error::InvalidArgument {
-            what: format!("thread {tid}: no room for a signal frame below rsp {:#x}", saved.rsp),
-        })?;
+        let f =
+            frame(&saved, xsaved.as_bytes(), mask, stub + REGION).ok_or_else(|| Error::InvalidArgument {
+                what: format!(
+                    "thread {tid}: an XSAVE area of {} bytes is too small",
+                    xsaved.as_bytes().len()
+                ),
+            })?;
         self.write_memory(f.at, &f.bytes)?;
         let syscall = entry == stub + STUB_SYSCALL;
         if syscall {
