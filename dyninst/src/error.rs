@@ -90,6 +90,40 @@ pub enum Error {
         path: PathBuf,
     },
 
+    /// The program can start but papirus cannot instrument it as asked.
+    #[error("refusing to start {}: {reason}", path.display())]
+    Unsupported {
+        /// The program.
+        path: PathBuf,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+
+    /// The target replaced its program image (execve) while papirus worked on it:
+    /// nothing was or will be written into the new image.
+    #[error(
+        "pid {pid} called execve during {during}: its old code is gone, so papirus wrote nothing into the new program and stopped; attach again to instrument the new program"
+    )]
+    Exec {
+        /// The process.
+        pid: i32,
+        /// What papirus was doing.
+        during: &'static str,
+    },
+
+    /// The target runs under a seccomp filter and papirus cannot suspend it.
+    #[error(
+        "pid {pid} runs under a seccomp filter (Seccomp: {mode} in /proc/{pid}/status) and papirus lacks CAP_SYS_ADMIN to suspend it while it works ({detail}); the remote mprotect/mmap could kill the target, so nothing was touched: run papirus-probe with CAP_SYS_ADMIN"
+    )]
+    Seccomp {
+        /// The process.
+        pid: i32,
+        /// The mode: 1 strict, 2 filter.
+        mode: u8,
+        /// What the kernel said.
+        detail: String,
+    },
+
     /// Starting the program failed.
     #[error("cannot start {}: {op} failed: {errno}", path.display())]
     Spawn {

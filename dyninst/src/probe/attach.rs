@@ -76,6 +76,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let inv = Inventory::of_process(pid)?;
     let mut p = Process::attach(pid)?;
     let stopped = Instant::now();
+    // What the program runs now: an execve while detached is noticed before anything is written back.
+    let image = p.image()?;
     // Select before touching anything: a selection that matches nothing loads nothing.
     let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     if TargetHooks::find(&p).is_err() {
@@ -111,26 +113,31 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         Ok(p) => p,
         // Ended meanwhile: its results are still in our mapping of the segment.
         Err(e) if gone(pid) => {
-            let t0 = Instant::now();
-            let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
-                if q == pid as u32 {
-                    "ended during the measurement".to_string()
-                } else {
-                    other_process_state(q)
-                }
-            })?;
-            write(&opts.output, &report)?;
             eprintln!("papirus-probe: pid {pid} ended during the measurement ({e})");
+            let report_time = report_ended(&results, opts, names, "ended during the measurement")?;
             return Ok(AttachSummary {
                 installed: count,
                 refused,
                 children: Vec::new(),
-                report_time: t0.elapsed(),
+                report_time,
                 stop_window,
             });
         }
         Err(e) => return Err(e.into()),
     };
+    // A new image (execve while detached) holds nothing of ours: it is left as it is.
+    if let Err(e) = p.check_image(&image) {
+        drop(p);
+        eprintln!("papirus-probe: {e}; its new image was left as it is");
+        let report_time = report_ended(&results, opts, names, "execve during the measurement")?;
+        return Ok(AttachSummary {
+            installed: count,
+            refused,
+            children: Vec::new(),
+            report_time,
+            stop_window,
+        });
+    }
     // Children forked meanwhile share the patched code and the segment: held first, so they fork no more.
     let mut kids = Vec::new();
     for (record, child) in children(&results, pid) {
@@ -168,6 +175,23 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         });
     }
     Ok(AttachSummary { installed: count, refused, children: restored, report_time, stop_window })
+}
+
+/// Writes the report of a target whose measurement ended on its own side
+/// (exit, execve) while papirus was detached; returns how long that took.
+fn report_ended(
+    results: &Results,
+    opts: &AttachOptions,
+    names: Vec<String>,
+    how: &str,
+) -> Result<Duration, ProbeError> {
+    let t0 = Instant::now();
+    let pid = opts.pid;
+    let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
+        if q == pid as u32 { how.to_string() } else { other_process_state(q) }
+    })?;
+    write(&opts.output, &report)?;
+    Ok(t0.elapsed())
 }
 
 /// Whether process `pid` has ended (gone or a zombie).

@@ -61,7 +61,7 @@ pub(super) fn patch_stopped(p: &mut Process, specs: &[FunctionSpec]) -> Result<O
         }
         let mut pcs = Vec::new();
         for tid in p.threads() {
-            pcs.push(p.regs(tid)?.rip);
+            pcs.extend(p.resume_pcs(tid)?);
         }
         let mut patcher = Patcher::new(RemoteSpace::new(p));
         patcher.set_thread_pcs(pcs);

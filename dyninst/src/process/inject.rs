@@ -196,7 +196,10 @@ impl Process {
         for _ in 0..MAX_ROUNDS {
             let mappings = self.mappings()?;
             let danger = Danger::new(self.pid, &mappings);
-            for tid in self.threads() {
+            // Threads asleep through the restart block last (see `call`).
+            let mut tids = self.threads();
+            tids.sort_by_key(|&t| self.in_restart_block(t).unwrap_or(true));
+            for tid in tids {
                 if self.usable(tid).is_ok() && !danger.contains(self.regs(tid)?.rip) {
                     self.worker = tid;
                     return Ok(());
@@ -209,6 +212,33 @@ impl Process {
             tid: self.pid,
             timeout_ms: (PAUSE * MAX_ROUNDS as u32).as_millis() as u64,
         })
+    }
+
+    /// Lets the process run in short steps until no held thread other than
+    /// `worker` is stopped where it may hold a lock any remote function could
+    /// need: in the dynamic loader, in one of libc's allocator functions, or in
+    /// `fork` (which holds malloc's locks across its clone). A remote call would
+    /// wait for that lock until its timeout, and an abandoned call can leave
+    /// locks of its own taken. Gives up after [`MAX_ROUNDS`]; the call's own
+    /// timeout still bounds what follows.
+    pub(super) fn quiesce(&mut self, worker: i32) -> Result<()> {
+        if self.lock_code.is_none() {
+            let mappings = self.mappings()?;
+            self.lock_code = Some(Danger::new(self.pid, &mappings).ranges);
+        }
+        for _ in 0..MAX_ROUNDS {
+            let ranges = self.lock_code.as_deref().unwrap_or_default();
+            let busy = self.threads().into_iter().any(|t| {
+                t != worker
+                    && self.usable(t).is_ok()
+                    && self.regs(t).is_ok_and(|r| ranges.iter().any(|&(s, e)| (s..e).contains(&r.rip)))
+            });
+            if !busy {
+                return Ok(());
+            }
+            self.run_for(PAUSE)?;
+        }
+        Ok(())
     }
 
     /// Copies a NUL-terminated string into a fresh page of the target.
@@ -284,6 +314,10 @@ const ALLOCATOR: &[&str] = &[
     "mallinfo",
     "mallinfo2",
     "cfree",
+    // fork holds every arena lock from before its clone until after it.
+    "fork",
+    "_Fork",
+    "__libc_fork",
 ];
 
 impl Danger {
@@ -332,6 +366,34 @@ mod slot {
     pub const PATH: u64 = 4096;
     pub const DATA_LEN: u64 = 8192;
 }
+
+/// Layout of the data page of [`CALL_ROUTINE`]: the function, six arguments, the
+/// result, the done flag, the pthread_t.
+mod call_slot {
+    pub const RESULT: u64 = 56;
+    pub const DONE: u64 = 64;
+    pub const THREAD: u64 = 72;
+    pub const LEN: usize = 80;
+}
+
+/// `void *start(void *data)`: `result = func(args…)`, then the done flag; returns NULL.
+const CALL_ROUTINE: [u8; 48] = [
+    0x53, // push rbx (rsp 16-aligned for the call)
+    0x48, 0x89, 0xfb, // mov rbx, rdi
+    0x48, 0x8b, 0x7b, 0x08, // mov rdi, [rbx + 8]
+    0x48, 0x8b, 0x73, 0x10, // mov rsi, [rbx + 16]
+    0x48, 0x8b, 0x53, 0x18, // mov rdx, [rbx + 24]
+    0x48, 0x8b, 0x4b, 0x20, // mov rcx, [rbx + 32]
+    0x4c, 0x8b, 0x43, 0x28, // mov r8, [rbx + 40]
+    0x4c, 0x8b, 0x4b, 0x30, // mov r9, [rbx + 48]
+    0x31, 0xc0, // xor eax, eax (no vector arguments)
+    0xff, 0x13, // call [rbx]
+    0x48, 0x89, 0x43, 0x38, // mov [rbx + RESULT], rax
+    0x48, 0xc7, 0x43, 0x40, 0x01, 0x00, 0x00, 0x00, // mov qword [rbx + DONE], 1
+    0x31, 0xc0, // xor eax, eax
+    0x5b, // pop rbx
+    0xc3, // ret
+];
 
 /// The start routine, `void *start(void *data)` with data = the slot pages:
 /// `handle = dlopen(path, mode)`; on failure copy `dlerror()`'s text into the
@@ -400,6 +462,67 @@ impl Process {
         Ok(None)
     }
 
+    /// `func(args)` on a new thread while the process runs (see [`Process::call`]);
+    /// `None` when the target has no `pthread_create`.
+    pub(super) fn call_fresh(&mut self, func: u64, args: &[u64]) -> Result<Option<u64>> {
+        let Some(t) = self.threading()? else { return Ok(None) };
+        let rw = ProtFlags::PROT_READ | ProtFlags::PROT_WRITE;
+        let data = self.mmap_anywhere(4096, rw)?;
+        let code = match self.mmap_anywhere(4096, rw) {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = self.munmap(data, 4096);
+                return Err(e);
+            }
+        };
+        let out = self.fresh_thread_call(data, code, func, args, t);
+        // A thread still inside the routine (a timeout) would crash on unmapped code: leave the pages then.
+        if !matches!(out, Err(Error::Timeout { .. })) {
+            let a = self.munmap(code, 4096);
+            let b = self.munmap(data, 4096);
+            if out.is_ok() {
+                a?;
+                b?;
+            }
+        }
+        out.map(Some)
+    }
+
+    fn fresh_thread_call(
+        &mut self,
+        data: u64,
+        code: u64,
+        func: u64,
+        args: &[u64],
+        t: Threading,
+    ) -> Result<u64> {
+        let mut head = vec![0u8; call_slot::LEN];
+        head[..8].copy_from_slice(&func.to_le_bytes());
+        for (i, a) in args.iter().enumerate() {
+            head[8 + 8 * i..16 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
+        self.write_memory(data, &head)?;
+        self.write_memory(code, &CALL_ROUTINE)?;
+        self.mprotect(code, 4096, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)?;
+        let before = self.threads();
+        let r = self.call_here(t.create, &[data + call_slot::THREAD, 0, code, data])?;
+        if r != 0 {
+            return Err(Error::RemoteSyscall {
+                name: "pthread_create",
+                pid: self.pid,
+                errno: nix::errno::Errno::from_raw(r as i32),
+            });
+        }
+        let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
+        let thread = self.read_u64(data + call_slot::THREAD)?;
+        self.call_here(t.detach, &[thread])?;
+        self.run_until(|p| {
+            p.read_u64(data + call_slot::DONE).is_ok_and(|d| d != 0)
+                && fresh.iter().all(|t| !p.threads.contains_key(t))
+        })?;
+        self.read_u64(data + call_slot::RESULT)
+    }
+
     /// `dlopen` from a new thread while the process runs; see the module documentation.
     fn inject_fresh(&mut self, path: PathBuf, loader: &Loader, threading: Threading) -> Result<Library> {
         let bytes = path.as_os_str().as_encoded_bytes();
@@ -457,7 +580,7 @@ impl Process {
         self.write_memory(code, &start_routine())?;
         self.mprotect(code, 4096, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)?;
         let before = self.threads();
-        let r = self.call(t.create, &[data + slot::THREAD, 0, code, data])?;
+        let r = self.call_here(t.create, &[data + slot::THREAD, 0, code, data])?;
         if r != 0 {
             return Err(Error::RemoteSyscall {
                 name: "pthread_create",
@@ -468,7 +591,7 @@ impl Process {
         // Followed through its clone event, the new thread is already one of ours.
         let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
         let thread = self.read_u64(data + slot::THREAD)?;
-        self.call(t.detach, &[thread])?;
+        self.call_here(t.detach, &[thread])?;
         // Done once the flag is set and the thread has exited: then no thread can
         // be executing the routine, and its pages can go.
         self.run_until(|p| {
@@ -490,6 +613,38 @@ mod tests {
     use iced_x86::{Decoder, DecoderOptions, Formatter, IntelFormatter};
 
     use super::*;
+
+    #[test]
+    fn call_routine_decodes_as_written() {
+        let mut d = Decoder::with_ip(64, &CALL_ROUTINE, 0, DecoderOptions::NONE);
+        let mut f = IntelFormatter::new();
+        let mut text = Vec::new();
+        for ins in &mut d {
+            assert!(!ins.is_invalid());
+            let mut s = String::new();
+            f.format(&ins, &mut s);
+            text.push(s);
+        }
+        let expect = [
+            "push rbx",
+            "mov rbx,rdi",
+            "mov rdi,[rbx+8]",
+            "mov rsi,[rbx+10h]",
+            "mov rdx,[rbx+18h]",
+            "mov rcx,[rbx+20h]",
+            "mov r8,[rbx+28h]",
+            "mov r9,[rbx+30h]",
+            "xor eax,eax",
+            "call qword ptr [rbx]",
+            "mov [rbx+38h],rax",
+            "mov qword ptr [rbx+40h],1",
+            "xor eax,eax",
+            "pop rbx",
+            "ret",
+        ];
+        assert_eq!(text, expect);
+        assert_eq!((call_slot::RESULT, call_slot::DONE), (0x38, 0x40));
+    }
 
     #[test]
     fn start_routine_decodes_as_written() {

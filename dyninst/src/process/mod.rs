@@ -21,11 +21,40 @@
 //!
 //! Every wait is bounded ([`Process::set_timeout`]); a target that exits or is
 //! killed gives [`Error::TargetExited`], never a hang.
+//!
+//! # Invariants
+//!
+//! - **Only resumable states run our code.** Remote code runs on a thread in an
+//!   interrupt or signal-delivery stop in user space, never at a ptrace event
+//!   stop: a thread reporting a clone event is inside `clone3` (rax = -ENOSYS),
+//!   so it is continued and stopped again first.
+//! - **Every syscall the target was in completes or restarts as without us.**
+//!   Registers, vector state and signal mask are restored exactly; a thread
+//!   asleep through the kernel's restart block (nanosleep, futex or poll with a
+//!   timeout) never runs a function that could sleep (another thread, or a
+//!   thread created for the call, runs it), so no sleep ends early with EINTR.
+//! - **papirus may die at any moment.** Remote code restores its thread by
+//!   itself through `rt_sigreturn` (`restoring`); after remote code every thread
+//!   is back in a plain interrupt stop, with no trap flag and no signal of ours
+//!   pending; `PTRACE_O_EXITKILL` is never set.
+//! - **Signals are never lost.** A signal arriving while a thread is held is
+//!   kept and delivered when the thread resumes (or re-queued when the thread
+//!   no longer sits in its delivery stop).
+//! - **A changed image is never written.** An execve during a stop is
+//!   [`Error::Exec`]; [`Process::image`] / [`Process::check_image`] tell whether
+//!   one happened while papirus was detached.
+//! - **Seccomp cannot kill the target for our syscalls.** The filter is
+//!   suspended while papirus holds the process, or the attach is refused before
+//!   anything is touched ([`Error::Seccomp`]).
+//! - **Every PC a thread resumes at is known** ([`Process::resume_pcs`]): its
+//!   rip, its syscall's restart point and the saved rip of each signal frame.
 
+mod frames;
 mod inject;
 mod memory;
 mod regs;
 mod remote;
+mod restoring;
 mod spawn;
 mod sys;
 mod wait;
@@ -45,7 +74,7 @@ use crate::error::{Error, PermissionReason, Result};
 
 pub use inject::{Injection, Library};
 pub use regs::{Regs, XState};
-pub use spawn::Spawn;
+pub use spawn::{Image, Spawn};
 use wait::Event;
 
 /// How a process or thread ended.
@@ -98,12 +127,21 @@ pub fn signal_name(sig: i32) -> String {
 struct Thread {
     /// Signals that arrived while we held the thread; delivered when it resumes.
     pending: Vec<i32>,
+    /// The thread sits in the signal-delivery stop of the last of `pending`: only
+    /// from there does resuming with a signal deliver it (from any other stop the
+    /// kernel ignores it, so those are re-queued instead).
+    in_delivery: bool,
     /// Stopped at its exit event (with the status it exits with): it can no longer run code.
     exit: Option<Exit>,
 }
 
-/// Options for every seized thread: follow new threads, see exits.
-const OPTIONS: Options = Options::PTRACE_O_TRACECLONE.union(Options::PTRACE_O_TRACEEXIT);
+/// Options for every seized thread: follow new threads, see exits and execve.
+///
+/// Never `PTRACE_O_EXITKILL`: if papirus dies, the target must live on.
+const OPTIONS: Options = Options::PTRACE_O_TRACECLONE
+    .union(Options::PTRACE_O_TRACEEXIT)
+    .union(Options::PTRACE_O_TRACEEXEC)
+    .union(Options::PTRACE_O_TRACESYSGOOD);
 
 /// Default bound on every wait for a stop.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -116,7 +154,15 @@ pub struct Process {
     mem: File,
     child: bool,
     worker: i32,
+    /// The ptrace options of every thread (OPTIONS, plus seccomp suspension
+    /// when the target runs under a filter).
+    options: Options,
     syscall_insn: Option<u64>,
+    /// Code ranges where a stopped thread may hold a lock remote calls need
+    /// (loader, allocator, fork), computed at the first remote call.
+    lock_code: Option<Vec<(u64, u64)>>,
+    /// The page of the self-restoring stub (`restoring`), once mapped.
+    stub: Option<u64>,
     timeout: Duration,
     /// ptrace requests must come from the thread that attached.
     _not_send: PhantomData<*const ()>,
@@ -156,10 +202,32 @@ impl Detached {
 
 impl Process {
     /// Attaches to a running process: seizes and stops every thread.
+    ///
+    /// A target under seccomp (`Seccomp:` 1 or 2 in /proc/PID/status) could be
+    /// killed by the remote system calls papirus runs in it (mmap, mprotect), so
+    /// its filter is suspended for our threads while papirus holds them
+    /// (`PTRACE_O_SUSPEND_SECCOMP`, which needs CAP_SYS_ADMIN); the kernel lifts
+    /// the suspension at detach. Without the capability the attach is refused
+    /// with [`Error::Seccomp`] before the target is touched. While the process
+    /// runs attached (fresh-thread injection, [`Process::run_for`]) its own code
+    /// runs unfiltered too.
     pub fn attach(pid: i32) -> Result<Process> {
         precheck(pid)?;
-        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS) {
-            return Err(seize_error(pid, errno));
+        let seccomp = status_field(pid, "Seccomp").and_then(|m| m.parse::<u8>().ok()).unwrap_or(0);
+        let options = if seccomp == 0 {
+            OPTIONS
+        } else {
+            OPTIONS | Options::from_bits_retain(libc::PTRACE_O_SUSPEND_SECCOMP)
+        };
+        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), options) {
+            return Err(match errno {
+                Errno::EPERM | Errno::EINVAL if seccomp != 0 && !may_suspend_seccomp() => Error::Seccomp {
+                    pid,
+                    mode: seccomp,
+                    detail: format!("PTRACE_O_SUSPEND_SECCOMP: {errno}"),
+                },
+                errno => seize_error(pid, errno),
+            });
         }
         let mem = match open_mem(pid) {
             Ok(f) => f,
@@ -169,6 +237,7 @@ impl Process {
             }
         };
         let mut p = Process::held(pid, mem, false);
+        p.options = options;
         p.threads.insert(pid, Thread::default());
         p.interrupt(pid)?;
         // Seize the other threads before waiting, so all stops happen in parallel.
@@ -196,7 +265,10 @@ impl Process {
             mem,
             child,
             worker: pid,
+            options: OPTIONS,
             syscall_insn: None,
+            lock_code: None,
+            stub: None,
             timeout: DEFAULT_TIMEOUT,
             _not_send: PhantomData,
         }
@@ -302,7 +374,7 @@ impl Process {
                 };
                 let sig = match wait::classify(tid, status) {
                     Event::Signal(sig) => sig,
-                    Event::Stopped => 0,
+                    Event::Stopped | Event::Syscall => 0,
                     Event::Clone(new) => {
                         self.threads.entry(new).or_default();
                         0
@@ -319,9 +391,7 @@ impl Process {
                         continue;
                     }
                     Event::Exec => {
-                        return Err(
-                            self.exited("a run of the whole process (it called execve)", Exit::Unknown)
-                        );
+                        return Err(self.exec_error("a run of the whole process"));
                     }
                 };
                 if let Err(errno) = sys::ptrace(libc::PTRACE_CONT, tid, 0, sig as u64)
@@ -346,11 +416,15 @@ impl Process {
 
     /// Resumes one thread with its first held signal (re-queuing the others).
     fn resume(&mut self, tid: i32, req: libc::c_uint) -> Result<()> {
-        let pending = self.threads.get_mut(&tid).map(|t| std::mem::take(&mut t.pending)).unwrap_or_default();
-        for &sig in pending.iter().skip(1) {
+        let (mut pending, in_delivery) = self
+            .threads
+            .get_mut(&tid)
+            .map(|t| (std::mem::take(&mut t.pending), std::mem::take(&mut t.in_delivery)))
+            .unwrap_or_default();
+        let first = if in_delivery { pending.pop().unwrap_or(0) } else { 0 };
+        for &sig in &pending {
             let _ = sys::tgkill(self.pid, tid, sig);
         }
-        let first = pending.first().copied().unwrap_or(0);
         match sys::ptrace(req, tid, 0, first as u64) {
             Ok(_) => Ok(()),
             Err(Errno::ESRCH) if req == libc::PTRACE_DETACH && task_alive(self.pid, tid) => {
@@ -397,6 +471,19 @@ impl Process {
         }
     }
 
+    /// Resumes a thread from an event or signal stop without a signal and asks it
+    /// to stop again at once; the caller waits for that stop. A thread in a
+    /// signal-delivery stop then reports the interrupt before reaching user
+    /// space, registers unchanged.
+    fn cont_and_interrupt(&mut self, tid: i32) -> Result<()> {
+        self.interrupt(tid)?;
+        self.thread(tid).in_delivery = false;
+        match sys::ptrace(libc::PTRACE_CONT, tid, 0, 0) {
+            Ok(_) | Err(Errno::ESRCH) => Ok(()),
+            Err(errno) => Err(Error::Ptrace { op: "PTRACE_CONT", tid, errno }),
+        }
+    }
+
     fn interrupt(&mut self, tid: i32) -> Result<()> {
         match ptrace::interrupt(Pid::from_raw(tid)) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
@@ -405,33 +492,83 @@ impl Process {
     }
 
     /// Waits until every thread of `tids` reports a stop, following clones and exits.
+    ///
+    /// The threads are polled round-robin, not one after the other: a thread
+    /// killed by SIGKILL (an execve in another thread kills every other thread
+    /// so, as does the end of the process) is let go from its exit stop at
+    /// once, since the execve or the exit waits for it, and is then waited for
+    /// until it is gone or (the leader) reports the execve.
     fn wait_stopped(&mut self, mut tids: BTreeSet<i32>, what: &'static str) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
-        while let Some(tid) = tids.pop_first() {
-            match wait::event(tid, deadline)? {
-                None => {
-                    return Err(Error::Timeout { what, tid, timeout_ms: self.timeout.as_millis() as u64 });
+        let mut pause = Duration::from_micros(5);
+        while let Some(&first) = tids.first() {
+            let mut reported = Vec::new();
+            for &tid in &tids {
+                match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+                    Ok(Some(status)) => reported.push((tid, wait::classify(tid, status))),
+                    Ok(None) | Err(Errno::EINTR) => {}
+                    // Not (or no longer) waitable: gone and reaped elsewhere.
+                    Err(Errno::ECHILD) => reported.push((tid, Event::Gone(Exit::Unknown))),
+                    Err(errno) => return Err(Error::Ptrace { op: "waitpid", tid, errno }),
                 }
-                Some(Event::Stopped) => {}
-                Some(Event::Signal(sig)) => self.thread(tid).pending.push(sig),
-                Some(Event::Clone(new)) => {
-                    self.threads.entry(new).or_default();
-                    tids.insert(new);
-                }
-                Some(Event::Exiting(status)) => self.thread(tid).exit = Some(status),
-                Some(Event::Exec) => {
-                    return Err(Error::InvalidArgument {
-                        what: format!(
-                            "pid {} called execve while papirus stopped it; attach again",
-                            self.pid
-                        ),
+            }
+            if reported.is_empty() {
+                if Instant::now() >= deadline {
+                    return Err(Error::Timeout {
+                        what,
+                        tid: first,
+                        timeout_ms: self.timeout.as_millis() as u64,
                     });
                 }
-                Some(Event::Gone(status)) => {
-                    self.threads.remove(&tid);
-                    if tid == self.pid {
-                        return Err(Error::TargetExited { pid: self.pid, status, during: what });
-                    }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_micros(200));
+                continue;
+            }
+            pause = Duration::from_micros(5);
+            for (tid, event) in reported {
+                tids.remove(&tid);
+                self.on_stop(tid, event, &mut tids, what)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records one stop reported while waiting for `tids` (see [`Process::wait_stopped`]).
+    fn on_stop(
+        &mut self,
+        tid: i32,
+        event: Event,
+        tids: &mut BTreeSet<i32>,
+        what: &'static str,
+    ) -> Result<()> {
+        match event {
+            Event::Stopped | Event::Syscall => self.thread(tid).in_delivery = false,
+            Event::Signal(sig) => {
+                let t = self.thread(tid);
+                t.pending.push(sig);
+                t.in_delivery = true;
+            }
+            Event::Clone(new) => {
+                self.threads.entry(new).or_default();
+                tids.insert(new);
+                // The parent is stopped inside clone(3), before the syscall
+                // returns: its registers (rax = -ENOSYS) are not a state to
+                // run code on or restore. Let the syscall finish, stop it again.
+                self.cont_and_interrupt(tid)?;
+                tids.insert(tid);
+            }
+            Event::Exiting(Exit::Signal(libc::SIGKILL)) => {
+                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
+                if sys::ptrace(libc::PTRACE_CONT, tid, 0, 0).is_ok() {
+                    tids.insert(tid);
+                }
+            }
+            Event::Exiting(status) => self.thread(tid).exit = Some(status),
+            Event::Exec => return Err(self.exec_error(what)),
+            Event::Gone(status) => {
+                self.threads.remove(&tid);
+                if tid == self.pid {
+                    return Err(Error::TargetExited { pid: self.pid, status, during: what });
                 }
             }
         }
@@ -449,7 +586,7 @@ impl Process {
             if self.threads.contains_key(&tid) {
                 continue;
             }
-            match ptrace::seize(Pid::from_raw(tid), OPTIONS) {
+            match ptrace::seize(Pid::from_raw(tid), self.options) {
                 Ok(()) => {}
                 // Exited between the listing and the seize.
                 Err(Errno::ESRCH) => continue,
@@ -469,6 +606,7 @@ impl Process {
 
     /// Detaches every thread, delivering held signals; empties the thread table.
     fn release(&mut self) -> Result<()> {
+        self.drop_stub();
         let mut first_err = None;
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
@@ -497,6 +635,16 @@ impl Process {
                 what: format!("{tid} is not a thread of pid {} held by papirus", self.pid),
             }),
         }
+    }
+
+    /// The process called execve: every address papirus knew (its stub page,
+    /// the syscall instruction, lock code) belongs to the old image, so forget
+    /// them; nothing is ever run or written there again.
+    fn exec_error(&mut self, during: &'static str) -> Error {
+        self.stub = None;
+        self.syscall_insn = None;
+        self.lock_code = None;
+        Error::Exec { pid: self.pid, during }
     }
 
     fn exited(&self, during: &'static str, status: Exit) -> Error {
@@ -603,6 +751,18 @@ fn seize_error(pid: i32, errno: Errno) -> Error {
 
 /// CAP_SYS_PTRACE's bit in CapEff.
 const CAP_SYS_PTRACE: u32 = 19;
+/// CAP_SYS_ADMIN's bit in CapEff.
+const CAP_SYS_ADMIN: u32 = 21;
+
+/// Whether the kernel lets papirus set PTRACE_O_SUSPEND_SECCOMP: CAP_SYS_ADMIN,
+/// and papirus itself not under seccomp.
+fn may_suspend_seccomp() -> bool {
+    let me = std::process::id() as i32;
+    let has_cap = status_field(me, "CapEff")
+        .and_then(|c| u64::from_str_radix(&c, 16).ok())
+        .is_some_and(|c| c & (1 << CAP_SYS_ADMIN) != 0);
+    has_cap && status_field(me, "Seccomp").as_deref().is_none_or(|m| m == "0")
+}
 
 fn permission_reason(pid: i32) -> PermissionReason {
     if let Some(tracer) = status_field(pid, "TracerPid").and_then(|t| t.parse::<i32>().ok())

@@ -5,6 +5,13 @@
 //! `orig_rax = -1` keeps the kernel's restart logic away from it; restoring the
 //! saved registers afterwards (its `orig_rax`, and `rax = -ERESTART…`) lets the
 //! kernel restart it exactly as it would have.
+//!
+//! The code normally runs self-restoring (`restoring`): if papirus dies, the
+//! thread puts itself back. On a thread asleep through the restart block, whose
+//! block `rt_sigreturn` would reset, system calls run by a single step over a
+//! `syscall` instruction of the target and functions return to address 0 (the
+//! fault hands the thread back); functions go to another thread when one can
+//! take them.
 
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -29,6 +36,8 @@ const RED_ZONE: u64 = 128;
 const RETURN_TRAP: u64 = 0;
 /// Reach of a rel32 jump, less Frida's 16 KiB safety margin.
 const REACH: u64 = (1 << 31) - 16 * 1024;
+/// The kernel's -ERESTART_RESTARTBLOCK in rax of a thread stopped in a sleep.
+const ERESTART_RESTARTBLOCK: i64 = -516;
 /// Bound on MAP_FIXED_NOREPLACE attempts over free gaps.
 const MAX_TRIES: usize = 32;
 
@@ -43,7 +52,8 @@ enum Until {
 
 impl Process {
     /// Runs system call `nr` with up to six arguments on the worker thread; returns
-    /// the raw result (a negative errno on failure).
+    /// the raw result (a negative errno on failure). It runs self-restoring
+    /// (see `restoring`), except on a thread asleep through the restart block.
     pub fn syscall(&mut self, nr: i64, args: &[u64]) -> Result<i64> {
         let tid = self.worker;
         self.usable(tid)?;
@@ -52,6 +62,23 @@ impl Process {
                 what: format!("a system call takes at most 6 arguments, not {}", args.len()),
             });
         }
+        if self.in_restart_block(tid)? {
+            return self.stepped_syscall(nr, args);
+        }
+        let stub = self.stub()?;
+        let mut r = self.regs(tid)?;
+        let mut a = [0u64; 6];
+        a[..args.len()].copy_from_slice(args);
+        r.rax = nr as u64;
+        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+        self.run_restoring(tid, r, stub + super::restoring::STUB_SYSCALL).map(|v| v as i64)
+    }
+
+    /// [`Process::syscall`] by a single step over a `syscall` instruction of
+    /// the target: no stub needed, the restart block untouched.
+    pub(super) fn stepped_syscall(&mut self, nr: i64, args: &[u64]) -> Result<i64> {
+        let tid = self.worker;
+        self.usable(tid)?;
         let insn = self.syscall_instruction()?;
         let saved = self.regs(tid)?;
         let xsaved = self.xstate(tid)?;
@@ -68,16 +95,54 @@ impl Process {
     }
 
     /// Calls the function at `func` on the worker thread with up to six integer
-    /// arguments and returns rax. The frame: rsp below the red zone, 16-byte
-    /// aligned at the call, return address 0 so the return traps back to us.
-    /// Other threads stay stopped: a function that waits for one of them times out.
+    /// arguments and returns rax. The frame: rsp below the red zone (and below
+    /// the thread's saved state), 16-byte aligned at the call; the function
+    /// returns into the self-restoring stub (see the module documentation).
+    /// Other threads stay stopped: a function that waits for one of them times
+    /// out, which is why threads stopped in the loader, the allocator or fork
+    /// are first let run out of them.
+    ///
+    /// When the worker is in a sleep that restarts through the kernel's restart
+    /// block (`rax = -ERESTART_RESTARTBLOCK`: nanosleep, clock_nanosleep, futex
+    /// and poll with a timeout), another held thread runs the call if one can:
+    /// a function that itself sleeps would overwrite that block and the target's
+    /// sleep would end early with EINTR.
+    /// When every thread is in such a sleep, the call runs on a thread created
+    /// for it (`pthread_create`, which leaves the block alone) while the process
+    /// runs, when the target has threads.
     pub fn call(&mut self, func: u64, args: &[u64]) -> Result<u64> {
-        let tid = self.worker;
-        self.usable(tid)?;
+        self.usable(self.worker)?;
         if args.len() > 6 {
             return Err(Error::InvalidArgument {
                 what: format!("remote calls take at most 6 integer arguments, not {}", args.len()),
             });
+        }
+        self.quiesce(self.worker)?;
+        if self.in_restart_block(self.worker)? {
+            match self.threads().into_iter().find(|&t| {
+                t != self.worker && self.usable(t).is_ok() && self.in_restart_block(t).is_ok_and(|b| !b)
+            }) {
+                Some(other) => self.worker = other,
+                None => {
+                    if let Some(fresh) = self.call_fresh(func, args)? {
+                        return Ok(fresh);
+                    }
+                }
+            }
+        }
+        self.call_here(func, args)
+    }
+
+    /// [`Process::call`] on the worker itself.
+    pub(super) fn call_here(&mut self, func: u64, args: &[u64]) -> Result<u64> {
+        let tid = self.worker;
+        if !self.in_restart_block(tid)? {
+            let mut r = self.regs(tid)?;
+            let mut a = [0u64; 6];
+            a[..args.len()].copy_from_slice(args);
+            r.rax = 0; // no vector arguments, for variadic callees
+            (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
+            return self.run_restoring(tid, r, func);
         }
         let saved = self.regs(tid)?;
         let xsaved = self.xstate(tid)?;
@@ -95,6 +160,12 @@ impl Process {
         r.eflags &= !(TF | DF);
         let out = self.run(tid, &r, Until::Return, func);
         self.restore(tid, &saved, &xsaved, out).map(|r| r.rax)
+    }
+
+    /// Whether `tid` stopped in a syscall that restarts through the restart block.
+    pub(super) fn in_restart_block(&self, tid: i32) -> Result<bool> {
+        let r = self.regs(tid)?;
+        Ok((r.orig_rax as i64) >= 0 && r.rax as i64 == ERESTART_RESTARTBLOCK)
     }
 
     /// Remote `mmap`; returns the address. `flags` gets nothing added.
@@ -197,6 +268,8 @@ impl Process {
     /// Sets `regs` on `tid`, lets it run until `until`, and returns its registers then.
     fn run(&mut self, tid: i32, regs: &Regs, until: Until, func: u64) -> Result<Regs> {
         self.set_regs(tid, regs)?;
+        // Resumed below without its signal: a held one is re-queued at release.
+        self.thread(tid).in_delivery = false;
         let deadline = Instant::now() + self.timeout;
         let req = match until {
             Until::Step(_) => libc::PTRACE_SINGLESTEP,
@@ -214,7 +287,7 @@ impl Process {
             };
             match ev {
                 // A leftover interrupt or a group-stop: carry on.
-                Event::Stopped => {}
+                Event::Stopped | Event::Syscall => {}
                 Event::Clone(new) => {
                     self.threads.entry(new).or_default();
                     self.wait_stopped([new].into(), "stop")?;
@@ -245,17 +318,13 @@ impl Process {
                     self.threads.remove(&tid);
                     return Err(self.exited("remote execution", status));
                 }
-                Event::Exec => {
-                    return Err(
-                        self.exited("remote execution (the target called execve)", super::Exit::Unknown)
-                    );
-                }
+                Event::Exec => return Err(self.exec_error("remote execution")),
             }
         }
     }
 
     /// After a timeout: stop the thread again so its registers can be restored.
-    fn stuck(&mut self, tid: i32) -> Error {
+    pub(super) fn stuck(&mut self, tid: i32) -> Error {
         let err =
             Error::Timeout { what: "finish remote code", tid, timeout_ms: self.timeout.as_millis() as u64 };
         let saved = self.timeout;
@@ -265,17 +334,38 @@ impl Process {
         err
     }
 
-    /// Restores the saved registers, keeping the first error.
+    /// Restores the saved registers, keeping the first error, and brings the
+    /// thread from the stop our code ended in (a SIGTRAP or SIGSEGV of ours,
+    /// with the trap flag of a single step still armed in the kernel) back to a
+    /// plain interrupt stop: if papirus dies from here on, the kernel resumes the
+    /// thread exactly where the target left it, with no signal injected.
     fn restore(&mut self, tid: i32, regs: &Regs, x: &super::XState, out: Result<Regs>) -> Result<Regs> {
         if !self.threads.contains_key(&tid) {
             return out;
         }
         let r1 = self.set_regs(tid, regs);
         let r2 = self.set_xstate(tid, x);
+        let r3 = if out.is_ok() { self.settle(tid) } else { Ok(()) };
         let out = out?;
         r1?;
         r2?;
+        r3?;
         Ok(out)
+    }
+
+    /// Moves `tid` from the signal-delivery stop of our own trap to an interrupt
+    /// stop, the signal discarded (PTRACE_CONT also clears single-stepping).
+    /// Every signal is blocked for that short resume, so none is dequeued (and
+    /// held by us) on the way: the target's signals stay queued in the kernel.
+    pub(super) fn settle(&mut self, tid: i32) -> Result<()> {
+        let ptrace_err = |op, errno| Error::Ptrace { op, tid, errno };
+        let mask = sys::get_sigmask(tid).map_err(|e| ptrace_err("PTRACE_GETSIGMASK", e))?;
+        sys::set_sigmask(tid, u64::MAX).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e))?;
+        let stopped = self
+            .cont_and_interrupt(tid)
+            .and_then(|()| self.wait_stopped([tid].into(), "stop after remote code"));
+        let restored = sys::set_sigmask(tid, mask).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e));
+        stopped.and(restored)
     }
 }
 

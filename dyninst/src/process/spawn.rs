@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
-use nix::sys::ptrace::{self, Options};
+use nix::sys::ptrace;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::{Pid, pipe2};
 
@@ -26,6 +26,16 @@ use crate::error::{Error, Result};
 
 /// `AT_ENTRY` in the aux vector.
 const AT_ENTRY: u64 = 9;
+/// `AT_RANDOM`: the address of 16 bytes the kernel fills at random for each execve.
+const AT_RANDOM: u64 = 25;
+
+/// One program image of a process: the 16 random bytes execve left at AT_RANDOM
+/// (a new execve, even of the same file, gives new ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Image {
+    at: u64,
+    random: [u8; 16],
+}
 const INT3: u8 = 0xcc;
 
 /// How to start a program under papirus' control (builder; `spawn` may be called repeatedly).
@@ -105,7 +115,15 @@ impl Spawn {
     /// (plus any a preloaded library's constructor started), all stopped.
     pub fn spawn(&self) -> Result<Process> {
         let path = resolve(&self.program)?;
-        check_elf(&path)?;
+        let interp = check_elf(&path)?;
+        if !self.preload.is_empty() && interp.is_none() {
+            return Err(Error::Unsupported {
+                path,
+                reason: "it is statically linked (no PT_INTERP): the dynamic loader never runs, so \
+                         LD_PRELOAD cannot load the probe runtime into it; build it dynamically linked"
+                    .into(),
+            });
+        }
         let cstr = |s: &[u8]| {
             CString::new(s).map_err(|_| Error::InvalidArgument {
                 what: "a NUL byte in an argument or the environment".into(),
@@ -153,19 +171,25 @@ impl Spawn {
             let _ = sys::ptrace(libc::PTRACE_DETACH, pid, 0, 0);
             let _ = wait::poll(pid, libc::__WALL, Instant::now() + super::DEFAULT_TIMEOUT);
         };
-        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS | Options::PTRACE_O_TRACEEXEC) {
+        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), OPTIONS) {
             kill_child();
             return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid: pid, errno });
         }
         let _ = nix::unistd::write(&go_w, &[1]);
         drop(go_w);
-        // EOF: execve closed the close-on-exec pipe; 4 bytes: its errno.
-        let mut errno_bytes = Vec::new();
-        let _ = std::fs::File::from(err_r).read_to_end(&mut errno_bytes);
-        if let Ok(b) = <[u8; 4]>::try_from(errno_bytes.as_slice()) {
+        // EOF: execve closed the close-on-exec pipe; 4 bytes: its errno. Read no
+        // more than 4: after a failed execve the child stops at its exit event with
+        // the pipe still open, so waiting for EOF would wait forever.
+        if let Some(errno) = exec_errno(std::fs::File::from(err_r)) {
             kill_child();
-            return Err(match Errno::from_raw(i32::from_ne_bytes(b)) {
-                Errno::ENOENT => Error::MissingProgram { path },
+            return Err(match errno {
+                Errno::ENOENT => match interp {
+                    Some(i) if !i.is_empty() => Error::Unsupported {
+                        path,
+                        reason: format!("execve failed with ENOENT: its interpreter {i} does not exist"),
+                    },
+                    _ => Error::MissingProgram { path },
+                },
                 Errno::ENOEXEC => {
                     Error::NotElf { path, detail: "the kernel cannot execute it (ENOEXEC)".into() }
                 }
@@ -226,30 +250,95 @@ fn resolve(program: &Path) -> Result<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file()).ok_or_else(missing)
 }
 
-/// Refuses scripts and data files before forking, with what they are.
-fn check_elf(path: &Path) -> Result<()> {
+/// The errno a failed execve wrote into the error pipe; `None` at EOF (execve succeeded).
+fn exec_errno(mut pipe: std::fs::File) -> Option<Errno> {
+    let mut b = [0u8; 4];
+    let mut got = 0;
+    while got < b.len() {
+        match pipe.read(&mut b[got..]) {
+            Ok(0) => return None,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    Some(Errno::from_raw(i32::from_ne_bytes(b)))
+}
+
+/// `EM_X86_64`.
+const EM_X86_64: u16 = 62;
+/// `PT_INTERP`.
+const PT_INTERP: u32 = 3;
+/// Bound on the program headers read (the kernel's own limit is 64 KiB).
+const MAX_PHDRS: usize = 65536 / 56;
+/// Bound on the interpreter path read.
+const MAX_INTERP: u64 = 4096;
+
+/// Refuses scripts, data files and ELF files of another machine before forking,
+/// with what they are; returns the program interpreter (PT_INTERP), `None` for a
+/// static program. An unreadable file is left to execve to judge.
+fn check_elf(path: &Path) -> Result<Option<String>> {
+    use std::io::{Seek, SeekFrom};
     let not_elf = |detail: String| Error::NotElf { path: path.to_path_buf(), detail };
     if path.is_dir() {
         return Err(not_elf("a directory".into()));
     }
-    let mut magic = [0u8; 4];
     // O_NONBLOCK: a FIFO named as the program must not hang the open.
     let opened = std::os::unix::fs::OpenOptionsExt::custom_flags(
         std::fs::OpenOptions::new().read(true),
         libc::O_NONBLOCK | libc::O_NOCTTY,
     )
     .open(path);
-    let n = match opened {
-        Ok(mut f) => f.read(&mut magic).unwrap_or(0),
+    let mut f = match opened {
+        Ok(f) => f,
         // Unreadable but maybe executable: let execve decide.
-        Err(_) => return Ok(()),
+        Err(_) => return Ok(Some(String::new())),
     };
-    match &magic[..n] {
-        b"\x7fELF" => Ok(()),
-        [] => Err(not_elf("an empty file".into())),
-        [b'#', b'!', ..] => Err(not_elf("a script (#!): start its interpreter instead".into())),
-        other => Err(not_elf(format!("it starts with bytes {other:02x?}, not 7f 45 4c 46"))),
+    let mut head = [0u8; 64];
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
     }
+    match &head[..n.min(4)] {
+        b"\x7fELF" => {}
+        [] => return Err(not_elf("an empty file".into())),
+        [b'#', b'!', ..] => return Err(not_elf("a script (#!): start its interpreter instead".into())),
+        other => return Err(not_elf(format!("it starts with bytes {other:02x?}, not 7f 45 4c 46"))),
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]);
+    let u64_at = |o: usize| u64::from_le_bytes(head[o..o + 8].try_into().unwrap_or_default());
+    if n < 64 || head[4] != 2 || head[5] != 1 {
+        return Err(not_elf("not a 64-bit little-endian ELF file: papirus runs x86-64 programs".into()));
+    }
+    let machine = u16_at(18);
+    if machine != EM_X86_64 {
+        return Err(not_elf(format!("built for ELF machine {machine}, not x86-64 ({EM_X86_64})")));
+    }
+    let (phoff, phentsize, phnum) = (u64_at(32), u16_at(54) as usize, u16_at(56) as usize);
+    if phentsize < 56 || phnum > MAX_PHDRS {
+        return Err(not_elf(format!("malformed program headers ({phnum} of {phentsize} bytes)")));
+    }
+    let mut phdrs = vec![0u8; phentsize * phnum];
+    if f.seek(SeekFrom::Start(phoff)).is_err() || f.read_exact(&mut phdrs).is_err() {
+        return Err(not_elf("program headers past the end of the file".into()));
+    }
+    for ph in phdrs.chunks_exact(phentsize) {
+        if u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) != PT_INTERP {
+            continue;
+        }
+        let off = u64::from_le_bytes(ph[8..16].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(ph[32..40].try_into().unwrap_or_default()).min(MAX_INTERP);
+        let mut name = vec![0u8; len as usize];
+        if f.seek(SeekFrom::Start(off)).is_err() || f.read_exact(&mut name).is_err() {
+            return Err(not_elf("PT_INTERP past the end of the file".into()));
+        }
+        let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+        return Ok(Some(String::from_utf8_lossy(&name[..end]).into_owned()));
+    }
+    Ok(None)
 }
 
 /// Waits for the exec event of a freshly seized child, passing on any signal.
@@ -285,6 +374,32 @@ fn pass(tid: i32, sig: i32) -> Result<()> {
 impl Process {
     /// The entry point of the main program (AT_ENTRY: e_entry plus the load bias).
     pub fn entry_point(&self) -> Result<u64> {
+        self.auxv(AT_ENTRY, "AT_ENTRY")
+    }
+
+    /// The program image the process runs now; compare it with
+    /// [`Process::check_image`] after papirus was detached for a while.
+    pub fn image(&self) -> Result<Image> {
+        let at = self.auxv(AT_RANDOM, "AT_RANDOM")?;
+        let mut random = [0u8; 16];
+        self.read_memory(at, &mut random)?;
+        Ok(Image { at, random })
+    }
+
+    /// Fails with [`Error::Exec`] when the process no longer runs `image`: it
+    /// called execve since, and nothing of the old image may be written into it.
+    pub fn check_image(&self, image: &Image) -> Result<()> {
+        match self.image() {
+            Ok(now) if now == *image => Ok(()),
+            Ok(_) | Err(Error::Memory { .. }) => {
+                Err(Error::Exec { pid: self.pid, during: "the time papirus was detached" })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// One entry of the aux vector (/proc/PID/auxv, a few hundred bytes, read whole).
+    fn auxv(&self, key: u64, name: &str) -> Result<u64> {
         let path = super::proc_path(self.pid, "auxv");
         let auxv = std::fs::read(&path).map_err(|source| Error::Io { path, source })?;
         auxv.chunks_exact(16)
@@ -294,10 +409,10 @@ impl Process {
                     u64::from_ne_bytes(c[8..].try_into().unwrap_or_default()),
                 )
             })
-            .find(|&(k, _)| k == AT_ENTRY)
+            .find(|&(k, _)| k == key)
             .map(|(_, v)| v)
             .ok_or_else(|| Error::NotFound {
-                what: "AT_ENTRY".into(),
+                what: name.into(),
                 pid: self.pid,
                 detail: "/proc/PID/auxv".into(),
             })
@@ -335,7 +450,7 @@ impl Process {
                     sig = libc::SIGTRAP;
                 }
                 Some(Event::Signal(s)) => sig = s,
-                Some(Event::Stopped) | Some(Event::Exec) => {}
+                Some(Event::Stopped | Event::Syscall | Event::Exec) => {}
                 Some(Event::Clone(new)) => {
                     self.threads.entry(new).or_default();
                     self.wait_stopped([new].into(), "stop")?;

@@ -70,6 +70,26 @@ pub(super) fn set_xstate(tid: i32, area: &[u8]) -> Result<(), Errno> {
     if r == -1 { Err(Errno::last()) } else { Ok(()) }
 }
 
+/// A stopped thread's blocked-signal mask (PTRACE_GETSIGMASK), the kernel's 64-bit set.
+pub(super) fn get_sigmask(tid: i32) -> Result<u64, Errno> {
+    let mut mask = 0u64;
+    // SAFETY: data points to a live u64 and addr gives its size, as the request requires.
+    let r = unsafe {
+        libc::ptrace(libc::PTRACE_GETSIGMASK, tid, 8usize as *mut libc::c_void, &mut mask as *mut u64)
+    };
+    if r == -1 { Err(Errno::last()) } else { Ok(mask) }
+}
+
+/// Sets a stopped thread's blocked-signal mask (PTRACE_SETSIGMASK); the kernel
+/// never blocks SIGKILL or SIGSTOP whatever the set says.
+pub(super) fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
+    // SAFETY: data points to a live u64 and addr gives its size; the kernel only reads it.
+    let r = unsafe {
+        libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize as *mut libc::c_void, &mask as *const u64)
+    };
+    if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
 /// `tgkill(pid, tid, sig)`: re-queues a signal we held back while the thread was stopped.
 pub(super) fn tgkill(pid: i32, tid: i32, sig: i32) -> Result<(), Errno> {
     // SAFETY: a plain system call with integer arguments.

@@ -16,6 +16,8 @@ pub(super) enum Event {
     Stopped,
     /// A signal-delivery stop: the signal is held until we resume the thread.
     Signal(i32),
+    /// A system-call entry or exit stop (after PTRACE_SYSCALL).
+    Syscall,
     /// The thread created this new thread (auto-attached, it reports its own stop).
     Clone(i32),
     /// The thread stopped on its way out.
@@ -70,6 +72,7 @@ pub(super) fn classify(tid: i32, status: i32) -> Event {
     let sig = libc::WSTOPSIG(status);
     let msg = || ptrace::getevent(Pid::from_raw(tid)).unwrap_or(0);
     match status >> 16 {
+        0 if sig == libc::SIGTRAP | 0x80 => Event::Syscall,
         0 => Event::Signal(sig),
         libc::PTRACE_EVENT_CLONE => Event::Clone(msg() as i32),
         libc::PTRACE_EVENT_EXIT => Event::Exiting(Exit::from_wait_status(msg() as i32)),

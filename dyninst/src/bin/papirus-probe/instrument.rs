@@ -7,10 +7,11 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use clap::Args;
+use nix::sys::signal::{SigSet, Signal};
 use papirus_calibrate::CostFile;
 use papirus_dyninst::probe::{self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, View};
 use papirus_dyninst::process::Exit;
@@ -354,24 +355,43 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal that set [`STOP`], 0 for none.
+static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
+
+/// The signals that end an attach cleanly (restore, flush, detach) instead of
+/// killing the tool with the target still patched.
+const ENDING: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+fn ending_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for s in ENDING {
+        set.add(s);
+    }
+    set
+}
 
 /// `papirus-probe attach`.
+///
+/// SIGINT, SIGTERM and SIGHUP are blocked in every thread before the target is
+/// touched and taken by a thread waiting for them: whenever one arrives, the
+/// attach runs to its end (the report written, every patch restored, the
+/// target detached) before the tool exits. Ctrl-C without `--duration` is the
+/// normal end of the measurement; any other of these signals is raised again
+/// afterwards with its default action, so the exit status says what ended us.
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let (p, events, selection, runtime) = args.probe.parts()?;
     let costs = load_costs(args.probe.costs.as_deref())?;
     let file = ReportFile::new(args.probe.output.as_deref())?;
     let duration = args.duration;
+    let ending = ending_signals();
+    ending.thread_block()?;
+    std::thread::spawn(move || {
+        if let Ok(sig) = ending.wait() {
+            STOPPED_BY.store(sig as i32, Ordering::Relaxed);
+            STOP.store(true, Ordering::Relaxed);
+        }
+    });
     if duration.is_none() {
-        // Ctrl-C is taken by a thread waiting for it, so it ends the
-        // measurement (and the detach still happens) instead of the tool.
-        let mut sigint = nix::sys::signal::SigSet::empty();
-        sigint.add(nix::sys::signal::Signal::SIGINT);
-        sigint.thread_block()?;
-        std::thread::spawn(move || {
-            if sigint.wait().is_ok() {
-                STOP.store(true, Ordering::Relaxed);
-            }
-        });
         note(&format!("papirus-probe: measuring pid {} until Ctrl-C", args.pid));
     }
     let opts = AttachOptions {
@@ -384,7 +404,20 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         runtime,
         per_thread: args.probe.per_thread,
     };
-    let s = probe::attach(&opts, &STOP)?;
+    let attached = probe::attach(&opts, &STOP);
+    let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
+    if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
+        note(&format!("papirus-probe: {sig} received: pid {} restored and detached", args.pid));
+        match &attached {
+            Ok(_) if args.probe.output.is_some() => {
+                note(&format!("papirus-probe: report in {}", file.path.display()))
+            }
+            Ok(_) => {}
+            Err(e) => note(&format!("papirus-probe: error: {e}")),
+        }
+        reraise(sig);
+    }
+    let s = attached?;
     let mut view = args.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
     view.notes.push(("stopped".into(), format!("{:.1} ms to instrument", s.stop_window.as_secs_f64() * 1e3)));
@@ -394,6 +427,19 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
     show(&file, costs, &args.probe, view, args.full)?;
     Ok(0)
+}
+
+/// Ends the tool by `sig` with its default action (the exit status a shell reports).
+fn reraise(sig: Signal) -> ! {
+    use nix::sys::signal::{SigHandler, raise, signal};
+    // SAFETY: restoring the default disposition installs no handler of ours.
+    let _ = unsafe { signal(sig, SigHandler::SigDfl) };
+    let _ = raise(sig);
+    let mut only = SigSet::empty();
+    only.add(sig);
+    let _ = only.thread_unblock();
+    // Not reached when the signal's default action ends the process.
+    std::process::exit(128 + sig as i32)
 }
 
 /// `papirus-probe report`: the full report on stdout.

@@ -1,0 +1,335 @@
+//! The probe tool against a target that creates threads, forks, execs, switches
+//! coroutines, longjmps, takes a 1 kHz SIGALRM (also on a sigaltstack) and
+//! sleeps and reads while being attached and detached over and over
+//! (`tests/targets/stress.c`; each mode verifies its own values and reports any
+//! EINTR and any sleep cut short). Then the tool is killed at random moments
+//! during attach: the target must survive, and after SIGINT, SIGTERM or SIGHUP
+//! its code must be byte-identical to its file.
+//!
+//! `PAPIRUS_STRESS_ROUNDS` (default 3) sets the attach/detach rounds per mode
+//! (`PAPIRUS_STRESS_MODES=fork,exec` runs only those modes),
+//! `PAPIRUS_KILL_ROUNDS` (default 4) the kills per signal and kind of attach.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const STRESS_SRC: &str = include_str!("targets/stress.c");
+const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
+
+fn rounds(var: &str, default: usize) -> usize {
+    std::env::var(var).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn build(dir: &Path) -> PathBuf {
+    let src = dir.join("stress.c");
+    std::fs::write(&src, STRESS_SRC).unwrap();
+    let exe = dir.join("stress");
+    let st =
+        Command::new("gcc").args(["-O1", "-g", "-pthread", "-o"]).arg(&exe).arg(&src).status().expect("gcc");
+    assert!(st.success(), "gcc failed on stress.c");
+    exe
+}
+
+/// A running stress target: stdin held open (EOF ends it), stdout read by line.
+struct Stress {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    out: BufReader<ChildStdout>,
+}
+
+impl Stress {
+    fn start(exe: &Path, modes: &[&str]) -> Stress {
+        let mut child = Command::new(exe)
+            .args(modes)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start stress target");
+        let stdin = child.stdin.take();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "stress {modes:?} did not start");
+        Stress { child, stdin, out }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Ends it (EOF on stdin) and returns its verdict lines and exit status.
+    fn finish(mut self) -> (String, std::process::ExitStatus) {
+        drop(self.stdin.take());
+        let mut rest = String::new();
+        self.out.read_to_string(&mut rest).unwrap();
+        (rest, self.child.wait().unwrap())
+    }
+}
+
+impl Drop for Stress {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn assert_all_ok(modes: &[&str], verdict: &str, status: std::process::ExitStatus, what: &str) {
+    assert!(status.success() && !verdict.contains("FAIL"), "{what}: target ended with {status}:\n{verdict}");
+    for m in modes {
+        assert!(
+            verdict.lines().any(|l| l.starts_with(&format!("ok {m} "))),
+            "{what}: no verdict for {m}:\n{verdict}"
+        );
+    }
+}
+
+fn attach_cmd(pid: i32, report: &Path, duration: Option<&str>) -> Command {
+    let mut c = Command::new(PROBE);
+    c.args(["attach", &pid.to_string(), "-o"]).arg(report);
+    if let Some(d) = duration {
+        c.args(["--duration", d]);
+    }
+    c.stdout(Stdio::null()).stderr(Stdio::piped());
+    c
+}
+
+/// Each mode attached and detached PAPIRUS_STRESS_ROUNDS times in a row, every
+/// function of the program instrumented each time.
+#[test]
+fn attach_and_detach_every_mode_repeatedly() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let report = dir.path().join("report.json");
+    let n = rounds("PAPIRUS_STRESS_ROUNDS", 3);
+    let t0 = Instant::now();
+    let only = std::env::var("PAPIRUS_STRESS_MODES").unwrap_or_default();
+    let modes = ["threads", "fork", "vfork", "exec", "coro", "longjmp", "alarm", "altstack", "sleep", "read"];
+    for mode in modes.into_iter().filter(|m| only.is_empty() || only.split(',').any(|o| o == *m)) {
+        let s = Stress::start(&exe, &[mode]);
+        for round in 0..n {
+            let out = attach_cmd(s.pid(), &report, Some("0.02")).output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            // An exec while attached is reported and leaves the new image alone.
+            let exec_seen = mode == "exec" && err.contains("called execve");
+            assert!(out.status.success() || exec_seen, "{mode} round {round}: papirus-probe failed:\n{err}");
+        }
+        let (verdict, status) = s.finish();
+        assert_all_ok(&[mode], &verdict, status, &format!("{mode} after {n} attaches"));
+    }
+    println!("{n} attach/detach rounds per mode: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// `run` of every mode at once, every function instrumented.
+#[test]
+fn run_all_modes_instrumented() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let report = dir.path().join("report.json");
+    let mut child = Command::new(PROBE)
+        .args(["run", "-o"])
+        .arg(&report)
+        .arg("--")
+        .arg(&exe)
+        .arg("all")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let modes = ["threads", "fork", "vfork", "coro", "longjmp", "alarm", "sleep", "read", "exec"];
+    for m in modes {
+        assert!(
+            text.lines().any(|l| l.starts_with(&format!("ok {m} "))),
+            "no verdict for {m}:\n{text}\n{err}"
+        );
+    }
+    assert!(!text.contains("FAIL"), "{text}");
+    assert!(err.contains("exit code 0"), "{err}");
+}
+
+/// `main` and a coroutine function switched to with `swapcontext`, both
+/// instrumented under `run`. Fails today: `main`'s return through the exit stub
+/// pops the innermost shadow-stack activation, which is the suspended
+/// coroutine's (its slot lies on the coroutine's stack, beyond the runtime's
+/// reap window, so it is not closed as unwound); `main` then "returns" to the
+/// coroutine's real return address (`__start_context`), which calls
+/// `setcontext` on garbage. The fix belongs in the runtime's exit hook.
+#[test]
+#[ignore = "needs the runtime's exit hook to pop the activation whose slot is the returning frame's"]
+fn run_swapcontext_main_and_coroutine_instrumented() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("coro.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <ucontext.h>
+static ucontext_t mc, cc;
+static long v;
+__attribute__((noinline)) void coro(void) { for (long i = 0;; i++) { v = i * 2; swapcontext(&cc, &mc); } }
+int main(void) {
+    static char stack[65536];
+    getcontext(&cc);
+    cc.uc_stack.ss_sp = stack;
+    cc.uc_stack.ss_size = sizeof stack;
+    cc.uc_link = 0;
+    makecontext(&cc, coro, 0);
+    long sum = 0;
+    for (int i = 0; i < 1000; i++) { swapcontext(&mc, &cc); sum += v; }
+    printf("sum %ld\n", sum);
+    return sum == 999000 ? 0 : 1;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("coro");
+    assert!(Command::new("gcc").args(["-O1", "-o"]).arg(&exe).arg(&src).status().unwrap().success());
+    let out = Command::new(PROBE)
+        .args(["run", "-f", "main,coro", "-o"])
+        .arg(dir.path().join("report.json"))
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("sum 999000"), "{err}");
+    assert!(err.contains("exit code 0"), "{err}");
+}
+
+/// The main program's executable mapping in `pid` compared with the same bytes
+/// of its file: `None` when identical, else the first differing address.
+fn text_differs(pid: i32, exe: &Path) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let file = std::fs::read(exe).unwrap();
+    let exe_name = exe.to_str().unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    for line in maps.lines().filter(|l| l.ends_with(exe_name)) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if !f[1].contains('x') {
+            continue;
+        }
+        let (s, e) = f[0].split_once('-').unwrap();
+        let (start, end) = (u64::from_str_radix(s, 16).unwrap(), u64::from_str_radix(e, 16).unwrap());
+        let off = u64::from_str_radix(f[2], 16).unwrap() as usize;
+        let len = ((end - start) as usize).min(file.len().saturating_sub(off));
+        let mut live = vec![0u8; len];
+        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut live, start).unwrap();
+        if let Some(i) = live.iter().zip(&file[off..off + len]).position(|(a, b)| a != b) {
+            return Some(start + i as u64);
+        }
+    }
+    None
+}
+
+fn status_field(pid: i32, name: &str) -> Option<String> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
+}
+
+/// Alive, not a zombie, and (within a second) no longer traced.
+fn assert_alive_untraced(pid: i32, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let state = status_field(pid, "State").unwrap_or_default();
+        assert!(!state.is_empty() && !state.starts_with('Z'), "{what}: target gone ({state:?})");
+        if status_field(pid, "TracerPid").as_deref() == Some("0") {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what}: still traced");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Waits for the tool, killing it after 30 s (a hang is a failure).
+fn wait_tool(mut tool: Child, what: &str) -> (std::process::ExitStatus, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(st) = tool.try_wait().unwrap() {
+            let mut err = String::new();
+            tool.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return (st, err);
+        }
+        if Instant::now() > deadline {
+            let _ = tool.kill();
+            panic!("{what}: papirus-probe hangs");
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A small xorshift generator: random kill moments, the seed printed for replay.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// SIGINT, SIGTERM, SIGHUP (with and without --duration) and SIGKILL sent to
+/// papirus-probe at random moments of an attach: the target always survives
+/// and computes correctly; after the catchable ones its code equals its file.
+#[test]
+fn killing_the_tool_never_harms_the_target() {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = build(dir.path());
+    let report = dir.path().join("report.json");
+    let n = rounds("PAPIRUS_KILL_ROUNDS", 4);
+    let modes = ["threads", "longjmp", "sleep", "read"];
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    println!("kill moments seed {seed:#x}");
+    let mut rng = Rng(seed);
+    let t0 = Instant::now();
+    let s = Stress::start(&exe, &modes);
+    let pid = s.pid();
+    for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        for duration in [Some("0.2"), None] {
+            for round in 0..n {
+                let what = format!("{sig} round {round} duration {duration:?}");
+                let tool = attach_cmd(pid, &report, duration).spawn().unwrap();
+                // Up to 0.6 s: from before the tool blocks signals to past the end of --duration 0.2.
+                std::thread::sleep(Duration::from_micros(rng.below(600_000)));
+                let _ = kill(Pid::from_raw(tool.id() as i32), sig);
+                let (st, err) = wait_tool(tool, &what);
+                assert!(!err.contains("panicked"), "{what}: {err}");
+                assert_alive_untraced(pid, &what);
+                assert_eq!(
+                    text_differs(pid, &exe),
+                    None,
+                    "{what}: code left changed; tool ended {st}: {err}"
+                );
+            }
+        }
+    }
+    let (verdict, status) = s.finish();
+    assert_all_ok(&modes, &verdict, status, "after catchable signals");
+    // SIGKILL: a fresh target each time, since a killed tool may leave its patches.
+    for round in 0..n {
+        let what = format!("SIGKILL round {round}");
+        let s = Stress::start(&exe, &modes);
+        let pid = s.pid();
+        let tool = attach_cmd(pid, &report, None).spawn().unwrap();
+        std::thread::sleep(Duration::from_micros(rng.below(600_000)));
+        let _ = kill(Pid::from_raw(tool.id() as i32), Signal::SIGKILL);
+        wait_tool(tool, &what);
+        assert_alive_untraced(pid, &what);
+        // Let it run on whatever the tool left, then check its values.
+        std::thread::sleep(Duration::from_millis(100));
+        let (verdict, status) = s.finish();
+        assert_all_ok(&modes, &verdict, status, &what);
+    }
+    println!("{n} kills per signal and kind: {:.1} s", t0.elapsed().as_secs_f64());
+}
