@@ -507,16 +507,26 @@ fn run_kills_what_it_cannot_instrument() {
         return;
     }
     let out = dir.path().join("r.json");
-    for (program, extra) in [(exe.as_path(), vec!["-f", "main"]), (target(), vec!["-f", "no_such_function*"])]
-    {
-        let o = probe().arg("run").args(&extra).arg("-o").arg(&out).arg("--").arg(program).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert!(!o.status.success());
-        assert!(err.contains("was killed"), "{err}");
-        assert!(!out.exists(), "no report for a run that measured nothing");
-        let pid: i32 = err.split("(pid ").nth(1).and_then(|s| s.split(')').next()).unwrap().parse().unwrap();
-        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} left running");
-    }
+    // A static program cannot load the runtime: refused before it is started.
+    let o = probe().args(["run", "-f", "main", "-o"]).arg(&out).arg("--").arg(&exe).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(err.contains("statically linked"), "{err}");
+    assert!(!out.exists(), "no report for a run that measured nothing");
+    // A selection that matches nothing: the program started is killed.
+    let o = probe()
+        .args(["run", "-f", "no_such_function*", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(target())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("was killed"), "{err}");
+    assert!(!out.exists(), "no report for a run that measured nothing");
+    let pid: i32 = err.split("(pid ").nth(1).and_then(|s| s.split(')').next()).unwrap().parse().unwrap();
+    assert!(!Path::new(&format!("/proc/{pid}")).exists(), "pid {pid} left running");
 }
 
 #[test]

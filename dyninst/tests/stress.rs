@@ -156,14 +156,12 @@ fn run_all_modes_instrumented() {
 }
 
 /// `main` and a coroutine function switched to with `swapcontext`, both
-/// instrumented under `run`. Fails today: `main`'s return through the exit stub
-/// pops the innermost shadow-stack activation, which is the suspended
-/// coroutine's (its slot lies on the coroutine's stack, beyond the runtime's
-/// reap window, so it is not closed as unwound); `main` then "returns" to the
-/// coroutine's real return address (`__start_context`), which calls
-/// `setcontext` on garbage. The fix belongs in the runtime's exit hook.
+/// instrumented under `run`. When `main` returns, the innermost shadow-stack
+/// activation is the suspended coroutine's (its slot lies on the coroutine's
+/// stack, beyond the runtime's reap window); the exit hook must close `main`'s
+/// own activation, found by its return slot, not the coroutine's, whose real
+/// return address (`__start_context`) would call `setcontext` on garbage.
 #[test]
-#[ignore = "needs the runtime's exit hook to pop the activation whose slot is the returning frame's"]
 fn run_swapcontext_main_and_coroutine_instrumented() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("coro.c");

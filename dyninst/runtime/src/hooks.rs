@@ -140,6 +140,7 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
     if g.depth() == 0 {
         sys::die(b"papirus-probe-runtime: exit stub reached with an empty shadow stack\n")
     }
+    g.innermost_at(rsp_after_ret - 8);
     g.pop(now, nev, false)
 }
 

@@ -74,6 +74,45 @@ pub(crate) struct Entry {
     _pad2: [AtomicU64; 2],
 }
 
+/// The words of an [`Entry`], copied out.
+type EntryWords = [u64; size_of::<Entry>() / 8];
+
+impl Entry {
+    fn words(&self) -> [&AtomicU64; size_of::<Entry>() / 8] {
+        let [c0, c1, c2, c3] = &self.cstart;
+        let [h0, h1, h2, h3] = &self.cchild;
+        let [p0, p1] = &self._pad2;
+        [
+            &self.slot,
+            &self.ret,
+            &self.start,
+            &self.child,
+            &self.fid,
+            &self._pad,
+            c0,
+            c1,
+            c2,
+            c3,
+            h0,
+            h1,
+            h2,
+            h3,
+            p0,
+            p1,
+        ]
+    }
+
+    fn snapshot(&self) -> EntryWords {
+        self.words().map(|w| w.load(Ordering::Relaxed))
+    }
+
+    fn restore(&self, v: &EntryWords) {
+        for (w, v) in self.words().iter().zip(v) {
+            w.store(*v, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Per-function totals ([`layout::stat`]).
 #[repr(C)]
 pub(crate) struct Stats {
@@ -688,6 +727,32 @@ impl Guard {
             }
             self.pop(now, nev, true);
         }
+    }
+
+    /// Makes the activation whose return slot is `slot` the innermost one.
+    /// Activations of another stack can lie above it: a coroutine that
+    /// `swapcontext` left is still open on its own stack, and the return
+    /// through the stub at `slot` is not its return.
+    #[inline(always)]
+    pub(crate) fn innermost_at(&self, slot: u64) {
+        let d = self.0.depth.get();
+        if d > 0 && self.0.entry(d - 1).slot.get() != slot {
+            self.raise_slot(slot);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    extern "C" fn raise_slot(&self, slot: u64) {
+        let t = self.0;
+        let d = t.depth.get();
+        // No activation at `slot`: the innermost is all there is to return to.
+        let Some(k) = (0..d).rev().find(|&i| t.entry(i).slot.get() == slot) else { return };
+        let kept = t.entry(k).snapshot();
+        for i in k..d - 1 {
+            t.entry(i).restore(&t.entry(i + 1).snapshot());
+        }
+        t.entry(d - 1).restore(&kept);
     }
 
     /// Closes the innermost activation at `now` and returns its real return

@@ -72,12 +72,19 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     super::check_events(opts.probe, &opts.events)?;
     crate::output::check_writable(&opts.output)?;
     let pid = opts.pid;
-    // The modules are read before the target is stopped: its threads wait only for the patching.
-    let inv = Inventory::of_process(pid)?;
+    // The modules are read before the target is stopped, so its threads wait
+    // only for the patching; read again once it is stopped if its code
+    // mappings changed meanwhile (an execve, a dlopen or dlclose).
+    let before = code_mappings(pid);
+    let early = Inventory::of_process(pid);
     let mut p = Process::attach(pid)?;
     let stopped = Instant::now();
     // What the program runs now: an execve while detached is noticed before anything is written back.
     let image = p.image()?;
+    let inv = match early {
+        Ok(inv) if before.is_some() && code_mappings(pid) == before => inv,
+        _ => Inventory::of_process(pid)?,
+    };
     // Select before touching anything: a selection that matches nothing loads nothing.
     let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     if TargetHooks::find(&p).is_err() {
@@ -154,8 +161,9 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             Err(e) => failures.push(format!("child {child}: {e}")),
         }
     }
+    let tramps = trampolines(&installed);
     unpatch_stopped(&mut p, installed)?;
-    leave_runtime(&mut p)?;
+    leave_runtime(&mut p, &tramps)?;
     restore_returns(&mut p, &results, 0)?;
     super::results::settle(&mut p)?;
     let t0 = Instant::now();
@@ -194,6 +202,20 @@ fn report_ended(
     Ok(t0.elapsed())
 }
 
+/// An executable file mapping: start, end, inode, device.
+type CodeMapping = (u64, u64, u64, (u32, u32));
+
+/// The executable file mappings of `pid`: where each module's code is.
+fn code_mappings(pid: i32) -> Option<Vec<CodeMapping>> {
+    let maps = crate::maps::read(pid).ok()?;
+    Some(
+        maps.iter()
+            .filter(|m| m.perms.exec && m.inode != 0)
+            .map(|m| (m.start, m.end, m.inode, m.dev))
+            .collect(),
+    )
+}
+
 /// Whether process `pid` has ended (gone or a zombie).
 fn gone(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -224,18 +246,30 @@ fn restore(
     record: u32,
     hooks: &TargetHooks,
 ) -> Result<(), ProbeError> {
+    let tramps = trampolines(&installed);
     unpatch_stopped(c, installed)?;
-    leave_runtime(c)?;
+    leave_runtime(c, &tramps)?;
     restore_returns(c, results, record)?;
     super::results::settle(c)?;
     c.call(hooks.teardown, &[])?;
     Ok(())
 }
 
-/// Lets the process run a moment at a time until no thread is inside the
-/// runtime's code (a hook or the exit stub), so none writes a hijacked
-/// return address or a table after the frames are restored.
-fn leave_runtime(p: &mut Process) -> Result<(), ProbeError> {
+/// Longest trampoline: saved registers, the hook call, a whole moved short
+/// function and the jump back fit well within it.
+const TRAMPOLINE_MAX: u64 = 512;
+
+/// The code ranges of the trampolines (a range may reach into the next
+/// trampoline: waiting for a thread there too is only cautious).
+fn trampolines(installed: &[crate::patch::Installed]) -> Vec<(u64, u64)> {
+    installed.iter().map(|i| (i.trampoline, i.trampoline + TRAMPOLINE_MAX)).collect()
+}
+
+/// Lets the process run a moment at a time until no thread will resume
+/// inside the runtime's code (a hook or the exit stub) or a trampoline —
+/// its own PC or the PC saved in any signal frame it is inside (a handler
+/// that interrupted a hook) — so none touches the tables after they go.
+fn leave_runtime(p: &mut Process, tramps: &[(u64, u64)]) -> Result<(), ProbeError> {
     let module = RUNTIME_FILE.trim_end_matches(".so");
     let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
@@ -246,12 +280,12 @@ fn leave_runtime(p: &mut Process) -> Result<(), ProbeError> {
         .iter()
         .filter(|m| m.perms.exec && m.name.rsplit('/').next().is_some_and(|b| b.starts_with(module)))
         .map(|m| (m.start, m.end))
+        .chain(tramps.iter().copied())
         .collect();
     for _ in 0..LEAVE_ROUNDS {
         let mut inside = false;
         for tid in p.threads() {
-            let pc = p.regs(tid)?.rip;
-            inside |= code.iter().any(|&(s, e)| (s..e).contains(&pc));
+            inside |= p.resume_pcs(tid)?.iter().any(|pc| code.iter().any(|&(s, e)| (s..e).contains(pc)));
         }
         if !inside {
             return Ok(());

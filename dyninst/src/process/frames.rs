@@ -9,9 +9,12 @@
 //! `uc_mcontext`. A word of the stack is taken as a frame when it points at
 //! glibc's restorer (`mov $15,%rax; syscall`, the bytes libunwind and gdb also
 //! recognise) and the context above it is plausible (user code segment, saved
-//! rsp above the frame, saved rip in executable memory). A false positive only
-//! makes the patcher defer a function. Handlers installed with another restorer
-//! (not glibc's) are not recognised.
+//! rsp above the frame, saved rip in executable memory, and its signal blocked
+//! in the thread now, as it is while its handler runs). That last test tells a
+//! live frame from a stale copy left higher on the stack by an earlier signal;
+//! a handler installed with `SA_NODEFER` leaves its signal unblocked and is
+//! missed. A false positive only makes the patcher defer a function. Handlers
+//! installed with another restorer (not glibc's) are not recognised.
 
 use std::collections::HashMap;
 
@@ -27,6 +30,8 @@ const UC: u64 = 8;
 const SAVED_RSP: u64 = UC + 160;
 const SAVED_RIP: u64 = UC + 168;
 const SAVED_CS: u64 = UC + 184;
+/// The frame's `siginfo` follows the kernel's 304-byte `ucontext`; `si_signo` opens it.
+const SIGNO: u64 = UC + 304;
 /// The 64-bit user code segment selector.
 const USER_CS: u64 = 0x33;
 /// Kernel return codes that make a syscall restart at `rip - 2` when the
@@ -55,10 +60,11 @@ impl Process {
         let mappings = maps::read(self.pid)
             .map_err(|source| Error::Io { path: super::proc_path(self.pid, "maps"), source })?;
         let mut restorers = HashMap::new();
+        let blocked = self.blocked_signals(tid);
         let mut sp = r.rsp;
         for _ in 0..MAX_HOPS {
             let Some(m) = mapping_of(&mappings, sp).filter(|m| m.perms.write) else { break };
-            let Some(next) = self.scan(m, sp, &mappings, &mut restorers, &mut pcs) else { break };
+            let Some(next) = self.scan(m, sp, &mappings, &mut restorers, blocked, &mut pcs) else { break };
             sp = next;
         }
         Ok(pcs)
@@ -73,6 +79,7 @@ impl Process {
         sp: u64,
         mappings: &[Mapping],
         restorers: &mut HashMap<u64, bool>,
+        blocked: Option<u64>,
         pcs: &mut Vec<u64>,
     ) -> Option<u64> {
         let start = sp.next_multiple_of(8);
@@ -105,12 +112,30 @@ impl Process {
             if cs & 0xffff != USER_CS || rsp <= at || !exec(rip) {
                 continue;
             }
+            let signo = word(at + SIGNO).map_or(0, |w| w & 0xffff_ffff);
+            let live = match blocked {
+                Some(mask) if (1..=64).contains(&signo) => mask & (1 << (signo - 1)) != 0,
+                // Mask or signal unknown: count the frame (deferring is safe).
+                _ => true,
+            };
+            if !live {
+                continue;
+            }
             pcs.push(rip);
             if !(m.start..m.end).contains(&rsp) {
                 return Some(rsp);
             }
         }
         None
+    }
+}
+
+impl Process {
+    /// Thread `tid`'s blocked signals (`SigBlk` of its status), bit N-1 for signal N.
+    fn blocked_signals(&self, tid: i32) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", self.pid)).ok()?;
+        let hex = status.lines().find_map(|l| l.strip_prefix("SigBlk:"))?;
+        u64::from_str_radix(hex.trim(), 16).ok()
     }
 }
 

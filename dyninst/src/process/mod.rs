@@ -338,11 +338,13 @@ impl Process {
         Ok(pid)
     }
 
-    /// Resumes every thread for `pause`, then stops them all again (and any new thread).
+    /// Resumes every thread for `pause`, then stops them all again (and any new
+    /// thread). Stops meanwhile are served as they come (signals delivered), so
+    /// the threads really run: a thread whose signal arrives during the pause
+    /// runs its handler and returns from it instead of waiting in the delivery stop.
     pub fn run_for(&mut self, pause: Duration) -> Result<()> {
-        self.resume_all()?;
-        std::thread::sleep(pause);
-        self.stop_all()
+        let end = Instant::now() + pause;
+        self.run_until(|_| Instant::now() >= end)
     }
 
     /// Lets the whole process run until `done` holds (polled every ≤ 200 µs) or the
@@ -709,6 +711,9 @@ fn task_alive(pid: i32, tid: i32) -> bool {
 const PF_KTHREAD: u64 = 0x0020_0000;
 
 /// Refuses pids that cannot be traced before touching them.
+/// Rounds of 5 ms a zombie leader is given to turn out to be in execve.
+const EXEC_SETTLE_ROUNDS: usize = 20;
+
 fn precheck(pid: i32) -> Result<()> {
     if pid <= 0 {
         return Err(Error::NoSuchProcess { pid });
@@ -716,7 +721,16 @@ fn precheck(pid: i32) -> Result<()> {
     if pid as u32 == std::process::id() {
         return Err(Error::SelfTrace { pid });
     }
-    let stat = read_proc(pid, "stat")?;
+    // A leader in execve passes through the zombie state for a moment: a
+    // real zombie stays one.
+    let mut stat = read_proc(pid, "stat")?;
+    for _ in 0..EXEC_SETTLE_ROUNDS {
+        if !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        stat = read_proc(pid, "stat")?;
+    }
     // "pid (comm) S ppid ...": comm may contain spaces and parentheses.
     let (head, rest) = stat.rsplit_once(")").ok_or(Error::NoSuchProcess { pid })?;
     let name = head.split_once('(').map_or("", |(_, n)| n).to_string();
