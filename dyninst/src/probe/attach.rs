@@ -116,12 +116,27 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut p = match Process::attach(pid) {
-        Ok(p) => p,
-        // Ended meanwhile: its results are still in our mapping of the segment.
+    // Ended meanwhile, or running a new image (execve while detached): its
+    // results are still in our mapping of the segment, and nothing of ours is
+    // in a new image to restore.
+    let attached = match Process::attach(pid) {
+        Ok(p) => match p.check_image(&image) {
+            Ok(()) => Ok(p),
+            Err(e) => {
+                eprintln!("papirus-probe: {e}; its new image was left as it is");
+                Err("execve during the measurement")
+            }
+        },
         Err(e) if gone(pid) => {
             eprintln!("papirus-probe: pid {pid} ended during the measurement ({e})");
-            let report_time = report_ended(&results, opts, names, "ended during the measurement")?;
+            Err("ended during the measurement")
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let mut p = match attached {
+        Ok(p) => p,
+        Err(how) => {
+            let report_time = report_ended(&results, opts, names, how)?;
             return Ok(AttachSummary {
                 installed: count,
                 refused,
@@ -130,21 +145,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
                 stop_window,
             });
         }
-        Err(e) => return Err(e.into()),
     };
-    // A new image (execve while detached) holds nothing of ours: it is left as it is.
-    if let Err(e) = p.check_image(&image) {
-        drop(p);
-        eprintln!("papirus-probe: {e}; its new image was left as it is");
-        let report_time = report_ended(&results, opts, names, "execve during the measurement")?;
-        return Ok(AttachSummary {
-            installed: count,
-            refused,
-            children: Vec::new(),
-            report_time,
-            stop_window,
-        });
-    }
     // Children forked meanwhile share the patched code and the segment: held first, so they fork no more.
     let mut kids = Vec::new();
     for (record, child) in children(&results, pid) {

@@ -488,6 +488,38 @@ impl Process {
         out.map(Some)
     }
 
+    /// Runs routine `code` on a thread created in the target with `data` as its
+    /// argument (pthread handle at `data + thread_at`), detached, and lets the
+    /// process run until the routine has set the word at `data + done_at` and
+    /// the thread has exited: then no thread can be executing the routine, and
+    /// its pages can go.
+    fn run_fresh_thread(
+        &mut self,
+        t: Threading,
+        code: u64,
+        data: u64,
+        thread_at: u64,
+        done_at: u64,
+    ) -> Result<()> {
+        let before = self.threads();
+        let r = self.call_here(t.create, &[data + thread_at, 0, code, data])?;
+        if r != 0 {
+            return Err(Error::RemoteSyscall {
+                name: "pthread_create",
+                pid: self.pid,
+                errno: nix::errno::Errno::from_raw(r as i32),
+            });
+        }
+        // Followed through its clone event, the new thread is already one of ours.
+        let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
+        let thread = self.read_u64(data + thread_at)?;
+        self.call_here(t.detach, &[thread])?;
+        self.run_until(|p| {
+            p.read_u64(data + done_at).is_ok_and(|d| d != 0)
+                && fresh.iter().all(|t| !p.threads.contains_key(t))
+        })
+    }
+
     fn fresh_thread_call(
         &mut self,
         data: u64,
@@ -504,22 +536,7 @@ impl Process {
         self.write_memory(data, &head)?;
         self.write_memory(code, &CALL_ROUTINE)?;
         self.mprotect(code, 4096, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)?;
-        let before = self.threads();
-        let r = self.call_here(t.create, &[data + call_slot::THREAD, 0, code, data])?;
-        if r != 0 {
-            return Err(Error::RemoteSyscall {
-                name: "pthread_create",
-                pid: self.pid,
-                errno: nix::errno::Errno::from_raw(r as i32),
-            });
-        }
-        let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
-        let thread = self.read_u64(data + call_slot::THREAD)?;
-        self.call_here(t.detach, &[thread])?;
-        self.run_until(|p| {
-            p.read_u64(data + call_slot::DONE).is_ok_and(|d| d != 0)
-                && fresh.iter().all(|t| !p.threads.contains_key(t))
-        })?;
+        self.run_fresh_thread(t, code, data, call_slot::THREAD, call_slot::DONE)?;
         self.read_u64(data + call_slot::RESULT)
     }
 
@@ -579,25 +596,7 @@ impl Process {
         self.write_memory(data + slot::PATH, &z)?;
         self.write_memory(code, &start_routine())?;
         self.mprotect(code, 4096, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)?;
-        let before = self.threads();
-        let r = self.call_here(t.create, &[data + slot::THREAD, 0, code, data])?;
-        if r != 0 {
-            return Err(Error::RemoteSyscall {
-                name: "pthread_create",
-                pid: self.pid,
-                errno: nix::errno::Errno::from_raw(r as i32),
-            });
-        }
-        // Followed through its clone event, the new thread is already one of ours.
-        let fresh: Vec<i32> = self.threads().into_iter().filter(|t| !before.contains(t)).collect();
-        let thread = self.read_u64(data + slot::THREAD)?;
-        self.call_here(t.detach, &[thread])?;
-        // Done once the flag is set and the thread has exited: then no thread can
-        // be executing the routine, and its pages can go.
-        self.run_until(|p| {
-            p.read_u64(data + slot::DONE).is_ok_and(|d| d != 0)
-                && fresh.iter().all(|t| !p.threads.contains_key(t))
-        })?;
+        self.run_fresh_thread(t, code, data, slot::THREAD, slot::DONE)?;
         match self.read_u64(data + slot::HANDLE)? {
             0 => match self.read_cstr(data + slot::MESSAGE, slot::MESSAGE_MAX as usize)? {
                 m if m.is_empty() => Ok(Err("dlopen returned NULL".into())),
