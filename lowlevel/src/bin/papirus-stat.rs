@@ -270,6 +270,26 @@ impl Sink {
     }
 }
 
+/// Creates `-o FILE` without following a symbolic link at its name: papirus-stat
+/// often runs as root, and a link someone planted there would aim its output
+/// at any file. Counts stream to it (-I), so it is written in place.
+fn create_output(path: &std::path::Path) -> Result<std::fs::File, Failure> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => Failure(format!(
+                "{} is a symbolic link: papirus-stat does not write through links; name the file itself",
+                path.display()
+            )),
+            _ => Failure(format!("cannot create {}: {e}", path.display())),
+        })
+}
+
 fn main() -> ExitCode {
     papirus_lowlevel::cli::run_tool("papirus-stat", || run(&Args::parse()))
 }
@@ -293,13 +313,7 @@ fn run(args: &Args) -> Result<ExitCode, Failure> {
         return Err(Failure("-x needs a separator, e.g. -x,".into()));
     }
     let mut sink = match &args.output {
-        Some(path) => Sink {
-            out: Box::new(
-                std::fs::File::create(path)
-                    .map_err(|e| Failure(format!("cannot create {}: {e}", path.display())))?,
-            ),
-            what: path.display().to_string(),
-        },
+        Some(path) => Sink { out: Box::new(create_output(path)?), what: path.display().to_string() },
         None => Sink { out: Box::new(std::io::stderr()), what: "standard error".into() },
     };
     // Tracepoints are `subsystem:name`; other names with a colon are cheap to

@@ -256,6 +256,27 @@ fn stat_propagates_exit_codes_and_refuses_bad_input() {
     }
 }
 
+/// `-o` at a symbolic link (planted by someone else in a shared directory) is
+/// refused; the file it points at keeps its content.
+#[test]
+fn stat_output_is_never_written_through_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let link = dir.path().join("counts.csv");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let o = run(tool("papirus-stat").args(["-e", "task-clock", "-x,", "-o"]).arg(&link).args(["--", "true"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    let plain = dir.path().join("plain.csv");
+    let o =
+        run(tool("papirus-stat").args(["-e", "task-clock", "-x,", "-o"]).arg(&plain).args(["--", "true"]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(std::fs::read_to_string(&plain).unwrap().contains("task-clock"));
+}
+
 /// With -p, `mem:SYMBOL` resolves in the target's own (position-independent)
 /// executable: one breakpoint hit per loop round, as many as its write(2)s.
 #[test]
