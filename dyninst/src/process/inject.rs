@@ -92,6 +92,19 @@ impl Process {
         if !path.is_file() {
             return Err(Error::InvalidArgument { what: format!("{} is not a file", path.display()) });
         }
+        // Loaded from a copy the target's user can read when the original may
+        // not be (a tool under /root attaching to another user's process).
+        let staged = stage_for(self.pid, &path)?;
+        let (path, original) = match &staged {
+            Some((_, copy)) => (copy.clone(), path),
+            None => (path.clone(), path),
+        };
+        let loaded = self.dlopen_path(path, how);
+        drop(staged);
+        loaded.map(|l| Library { handle: l.handle, path: original })
+    }
+
+    fn dlopen_path(&mut self, path: PathBuf, how: Injection) -> Result<Library> {
         let loader = self.loader()?;
         self.pick_safe_worker()?;
         if how == Injection::FreshThread {
@@ -344,6 +357,30 @@ impl Danger {
     fn contains(&self, rip: u64) -> bool {
         self.ranges.iter().any(|&(s, e)| (s..e).contains(&rip))
     }
+}
+
+/// A copy of `library` that process `pid` can read, in a fresh directory
+/// (random name, owned by papirus' user, readable but not writable by
+/// others), when `pid` runs as another user; `None` when it runs as ours.
+/// The directory goes when the value drops: the loaded mapping keeps the file.
+fn stage_for(pid: i32, library: &Path) -> Result<Option<(tempfile::TempDir, PathBuf)>> {
+    use std::os::unix::fs::PermissionsExt;
+    let euid =
+        |p: i32| super::status_field(p, "Uid").and_then(|u| u.split_whitespace().nth(1)?.parse::<u32>().ok());
+    let ours = euid(std::process::id() as i32);
+    if ours.is_none() || euid(pid) == ours {
+        return Ok(None);
+    }
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::Io { path, source }
+    };
+    let dir = tempfile::Builder::new().prefix("papirus-probe-runtime-").tempdir().map_err(io(library))?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(io(dir.path()))?;
+    let copy = dir.path().join(library.file_name().unwrap_or(library.as_os_str()));
+    std::fs::copy(library, &copy).map_err(io(&copy))?;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).map_err(io(&copy))?;
+    Ok(Some((dir, copy)))
 }
 
 /// `pthread_create` and `pthread_detach` in the target.
