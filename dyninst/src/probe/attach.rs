@@ -159,6 +159,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     for (record, child, mut c) in kids {
         match restore(&mut c, installed.clone(), &results, record, &hooks) {
             Ok(()) => restored.push(child),
+            // A child that exits meanwhile takes its patched code with it.
+            Err(_) if gone(child as i32) => {}
             Err(e) => failures.push(format!("child {child}: {e}")),
         }
     }
