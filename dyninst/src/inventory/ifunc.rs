@@ -7,9 +7,12 @@
 //! slot whose addend is the resolver (what the module's internal calls go
 //! through), else an importer's GOT slot for the symbol once bound (always
 //! with `BIND_NOW`). An implementation must lie in the IFUNC's own module's
-//! text; anything else is refused with the reason.
+//! text; anything else is refused with the reason. Sibling routines enter
+//! one another a few bytes in (glibc's `__mempcpy_*` jumps to
+//! `__memmove_*+3`): what the module scan finds around the implementation
+//! goes to the patcher ([`crate::patch::note_around`]), which then takes a
+//! 2-byte hop there ([`crate::patch::Tactic::Hop`]) or refuses.
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction};
 use papirus_substrate::elf::ElfFile;
 
 use super::{Function, Inventory, Module, patchable};
@@ -94,18 +97,32 @@ pub fn resolve(
     let target =
         named.map_or_else(|| format!("{}+{link:#x}", m.basename()), |g| g.display_name().to_string());
     // Sibling routines jump into one another's first bytes (glibc's
-    // mempcpy enters memmove 3 bytes in): no entry the jump would cut.
+    // mempcpy enters memmove 3 bytes in): such an entry is kept by a 2-byte
+    // hop, else refused. Any branch counts, the implementation's own too:
+    // its extent is not known.
     let tail = crate::patch::analyze::PADDING_MAX;
     let code = m.elf().bytes_at(link, size as usize + tail).or_else(|| m.elf().bytes_at(link, size as usize));
-    if let Some(plan) = code.and_then(|c| crate::patch::decide(&f.name, c, size, link, next).ok())
-        && let Some((from, to)) = branch_into(m.elf(), plan.at, plan.resume())
-    {
-        let module = m.basename();
-        return Err(format!(
-            "IFUNC {} resolves to {module}+{link:#x}, and the code at {module}+{from:#x} branches to \
-             {module}+{to:#x}, inside the bytes the jump would overwrite",
-            f.name
-        ));
+    if let Some(code) = code {
+        let at = crate::patch::analyze::entry_point(code, size as usize, link);
+        let around = patchable::around(m.elf(), link..link, at, size + tail as u64);
+        if around.entry != 0 {
+            let head = &code[..code.len().min(size as usize).min(patchable::HEAD_LEN)];
+            crate::patch::note_around(address, head, patchable::shifted(&around, m.load_bias));
+            let (near_at, near) = patchable::near(m.elf(), link, code);
+            if let Err(crate::patch::Refusal::Entered { why, .. }) =
+                crate::patch::decide_around(&f.name, near, near_at, size, link, next, &around)
+            {
+                let module = m.basename();
+                let to = around.entry;
+                let from = patchable::entered(&patchable::branches(m.elf()), link..link, at, to + 1)
+                    .map_or(0, |e| e.0);
+                return Err(format!(
+                    "IFUNC {} resolves to {module}+{link:#x}, and the code at {module}+{from:#x} branches to \
+                     {module}+{to:#x}, inside the bytes the jump would overwrite, and no 2-byte hop fits: {why}",
+                    f.name
+                ));
+            }
+        }
     }
     Ok(Implementation {
         address,
@@ -113,31 +130,6 @@ pub fn resolve(
         limit: if next > link { next.wrapping_add(m.load_bias) } else { 0 },
         name: format!("{} -> {target}", f.display_name()),
     })
-}
-
-/// How far around an implementation other code is scanned for branches into it.
-pub const SCAN_WINDOW: u64 = 64 << 10;
-
-/// The first direct branch of `elf`'s code within [`SCAN_WINDOW`] of `at`
-/// whose target lies in (at, end), as (branch, target) link-time addresses.
-pub fn branch_into(elf: &ElfFile, at: u64, end: u64) -> Option<(u64, u64)> {
-    let text = elf.text_range()?;
-    let start = at.saturating_sub(SCAN_WINDOW).max(text.start);
-    let stop = at.saturating_add(SCAN_WINDOW).min(text.end);
-    let bytes = elf.bytes_at(start, stop.checked_sub(start)? as usize)?;
-    let mut dec = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
-    let mut i = Instruction::default();
-    while dec.can_decode() {
-        dec.decode_out(&mut i);
-        let branch = matches!(
-            i.flow_control(),
-            FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
-        );
-        if branch && i.near_branch_target() > at && i.near_branch_target() < end {
-            return Some((i.ip(), i.near_branch_target()));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
