@@ -312,3 +312,33 @@ fn memcpy_and_memmove_count_exactly_through_a_hop() {
         }
     }
 }
+
+/// A function whose own loop returns to +2 and too long to move whole: its
+/// entry takes a 2-byte hop (by `list --patchable` and `run` alike), the
+/// program prints what it prints plain, and the count equals a kernel
+/// uprobe's (the loop's passes through +2 are no calls).
+#[test]
+fn a_loop_back_to_plus_2_takes_a_hop_and_counts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_loop_hop.c", &[]);
+    let exe = program.to_str().unwrap();
+    let n = 1000u64;
+    let list = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["list", exe, "--patchable", "-f", "loops_to_2"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("yes (1 insn, 2 bytes, 2-byte hop)"), "{list:?}");
+    let plain = Command::new(&program).arg(n.to_string()).output().unwrap();
+    assert!(plain.status.success());
+    let out = dir.path().join("r.json");
+    let probed = probe_run(&out, &["-f", "loops_to_2"], &[exe, &n.to_string()]);
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success() && stderr.contains("refused 0"), "{stderr}");
+    assert_eq!(probed.stdout, plain.stdout, "output changed");
+    let r = report(&out);
+    assert_eq!(calls(&r, "loops_to_2"), n);
+    match uprobe_counts(&program, &[&n.to_string()], &program, &[At::Symbol("loops_to_2")]) {
+        Ok(counts) => assert_eq!(counts, [n], "a kernel uprobe at loops_to_2"),
+        Err(e) => eprintln!("uprobe counts not taken: {e}"),
+    }
+}

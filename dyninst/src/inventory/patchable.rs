@@ -309,9 +309,12 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
     let at = patch::analyze::entry_point(code, func.size as usize, link);
     let around = around(elf, body, at, func.size + tail as u64);
     if around.entry == 0 {
-        let plan = patch::decide(&func.name, code, func.size, link, limit)
-            .map_err(|r| Reason::Refused { why: r.to_string() })?;
-        return Ok(prologue(&plan));
+        // A loop of its own back into the first bytes may still take a hop.
+        match patch::decide(&func.name, code, func.size, link, limit) {
+            Ok(plan) => return Ok(prologue(&plan)),
+            Err(patch::Refusal::BranchIntoPatch { .. }) => {}
+            Err(r) => return Err(Reason::Refused { why: r.to_string() }),
+        }
     }
     let (near_at, near) = near(elf, link, code);
     // The patcher decides this function by the same knowledge, at its run-time address.
@@ -320,7 +323,7 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
     patch::note_around(func.address, head, shifted(&around, bias));
     match patch::decide_around(&func.name, near, near_at, func.size, link, limit, &around) {
         Ok(plan) => Ok(prologue(&plan)),
-        Err(patch::Refusal::Entered { why, .. }) => {
+        Err(patch::Refusal::Entered { why, .. }) if around.entry != 0 => {
             let from =
                 entered(&branches(elf), link..link + func.size, at, around.entry + 1).map_or(0, |e| e.0);
             Err(Reason::Entered { from, to: around.entry, why: why.to_string() })
@@ -343,10 +346,10 @@ pub fn near<'a>(elf: &'a ElfFile, link: u64, code: &'a [u8]) -> (u64, &'a [u8]) 
     }
 }
 
-/// `around` moved by `bias` (link time to run time).
+/// `around` moved by `bias` (link time to run time); no entry stays none.
 pub fn shifted(around: &patch::Around, bias: u64) -> patch::Around {
     patch::Around {
-        entry: around.entry.wrapping_add(bias),
+        entry: if around.entry == 0 { 0 } else { around.entry.wrapping_add(bias) },
         dead: around.dead.iter().map(|&(a, b)| (a.wrapping_add(bias), b.wrapping_add(bias))).collect(),
     }
 }

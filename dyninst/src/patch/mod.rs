@@ -212,8 +212,9 @@ pub struct Around {
 pub const NEAR_BEFORE: u64 = 256;
 
 /// [`decide`], knowing [`Around`] the function: an entry other code uses
-/// inside the bytes the jump would overwrite is either left alone by the
-/// plan or handled by [`Tactic::Hop`], else refused. `near` holds the bytes
+/// inside the bytes the jump would overwrite (or a loop of the function's
+/// own that [`decide`] refuses) is either left alone by the plan or handled
+/// by [`Tactic::Hop`], else refused. `near` holds the bytes
 /// from `near_at` (at most [`NEAR_BEFORE`] below `addr`) on, the function's
 /// included. `papirus-probe list --patchable` and the patcher both decide
 /// here.
@@ -230,10 +231,15 @@ pub fn decide_around(
         return Err(Refusal::Undecodable { offset: 0 });
     };
     let plan = decide(name, code, size, addr, limit);
-    let e = around.entry;
-    if e == 0 {
+    // The first entry past `at`: another function's, or the function's own
+    // loop back into the bytes neither a prologue nor a whole move can take.
+    let own = match &plan {
+        Err(Refusal::BranchIntoPatch { to, .. }) => addr + to,
+        _ => 0,
+    };
+    let Some(e) = [around.entry, own].into_iter().filter(|&e| e != 0).min() else {
         return plan;
-    }
+    };
     let at = analyze::entry_point(code, size as usize, addr);
     let inside = match &plan {
         Ok(p) => e > p.at && e < p.resume(),
@@ -586,5 +592,37 @@ mod tests {
         let code = [0x53, 0x89, 0xfb, 0x5b, 0xc3, 0x90];
         assert_eq!(decide("f", &code, 5, F, F + 2).unwrap_err(), Refusal::SymbolInside { offset: 2 });
         assert_eq!(decide("f.cold", &code, 5, F, 0).unwrap_err(), Refusal::NotAnEntry);
+    }
+
+    #[test]
+    fn decide_around_hops_only_over_entries_inside_the_jump() {
+        // ret; nopl 0(rax,rax) (dead), then at F: mov eax,edi; (+2) dec eax;
+        // jne +2 (own loop back to +2, 0x60 bytes on: too long to move whole); ret
+        let mut near = vec![0xc3, 0x0f, 0x1f, 0x44, 0, 0];
+        let near_at = F - near.len() as u64;
+        near.extend_from_slice(&[0x89, 0xf8, 0xff, 0xc8]);
+        near.resize(near.len() + 0x60, 0x90);
+        near.extend_from_slice(&[0x75, (0x100 - 0x64) as u8, 0xc3]);
+        let size = near.len() as u64 - 6;
+        let dead = Around { entry: 0, dead: vec![(F - 5, F)] };
+        let p = decide_around("f", &near, near_at, size, F, 0, &dead).unwrap();
+        assert_eq!((p.tactic, p.moved_len, p.hop, p.patched()), (Tactic::Hop, 2, Some(F - 5), F - 5..F + 2));
+        // Another function entering at +2 of a 4-byte body with no padding
+        // after it: the same hop, though a 5-byte jump has no room.
+        let short = &near[..12];
+        let entered = Around { entry: F + 2, ..dead.clone() };
+        assert_eq!(decide("f", &short[6..], 4, F, 0).unwrap_err(), Refusal::TooShort { len: 4 });
+        let p = decide_around("f", short, near_at, 4, F, 0, &entered).unwrap();
+        assert_eq!((p.tactic, p.resume(), p.hop), (Tactic::Hop, F + 2, Some(F - 5)));
+        // An entry past the displaced bytes leaves the plan alone.
+        let code = [0x53, 0x89, 0xfb, 0x5b, 0xc3, 0x90, 0x90];
+        let later = Around { entry: F + 6, dead: vec![] };
+        assert_eq!(decide_around("f", &code, F, 5, F, 0, &later).unwrap().tactic, Tactic::Prologue);
+        // Entered at +3 with nowhere to hop: refused with the reason.
+        let e = decide_around("f", &code, F, 5, F, 0, &Around { entry: F + 3, dead: vec![] }).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
+        // A symbol between the jump and the entry: refused.
+        let e = decide_around("f", &near, near_at, size, F, F + 1, &dead).unwrap_err();
+        assert_eq!(e, Refusal::SymbolInside { offset: 1 });
     }
 }
