@@ -342,3 +342,45 @@ fn a_loop_back_to_plus_2_takes_a_hop_and_counts_exactly() {
         Err(e) => eprintln!("uprobe counts not taken: {e}"),
     }
 }
+
+/// IFUNCs the program imports lazily (`-z lazy`: their GOT slots are not
+/// bound when `run` selects them) and libc never calls itself: each stands
+/// for the implementation its resolver picks on this machine, found without
+/// running it, and counted exactly as a kernel uprobe there counts.
+#[test]
+fn lazily_bound_ifuncs_resolve_to_what_the_process_calls() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !libc.exists() {
+        eprintln!("{}: not on this machine", libc.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_lazy_ifunc.c", &["-fno-builtin", "-Wl,-z,lazy"]);
+    let n = "1000";
+    let plain = Command::new(&program).arg(n).output().unwrap();
+    assert!(plain.status.success());
+    let out = dir.path().join("r.json");
+    let probed =
+        probe_run(&out, &["-m", "libc.so.6", "-f", "strstr,strncat"], &[program.to_str().unwrap(), n]);
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success() && !stderr.contains("papirus-probe: refused"), "{stderr}");
+    assert_eq!(probed.stdout, plain.stdout, "output changed");
+    let r = report(&out);
+    let impls: Vec<&String> = ["strstr", "strncat"]
+        .iter()
+        .map(|w| {
+            let prefix = format!("{w} -> libc.so.6+0x");
+            r.functions.iter().find(|f| f.starts_with(&prefix)).unwrap_or_else(|| panic!("{w}: {stderr}"))
+        })
+        .collect();
+    let ours: Vec<u64> = impls.iter().map(|f| calls(&r, f)).collect();
+    assert!(ours.iter().all(|&c| c >= 1000), "{impls:?}: {ours:?}");
+    let places: Vec<At> = impls
+        .iter()
+        .map(|f| At::Address(u64::from_str_radix(f.rsplit_once("+0x").unwrap().1, 16).unwrap()))
+        .collect();
+    match uprobe_counts(&program, &[n], libc, &places) {
+        Ok(counts) => assert_eq!(ours, counts, "{impls:?}: papirus and kernel uprobes"),
+        Err(e) => eprintln!("uprobe counts not taken: {e}"),
+    }
+}

@@ -2,11 +2,14 @@
 //! the symbol's value is a resolver the loader runs once; what the process
 //! calls is the implementation it returned. That is the code to instrument.
 //!
-//! The loader's answer is read from the process's memory, never recomputed
-//! and never by running code in it: the module's own `R_X86_64_IRELATIVE`
-//! slot whose addend is the resolver (what the module's internal calls go
-//! through), else an importer's GOT slot for the symbol once bound (always
-//! with `BIND_NOW`). An implementation must lie in the IFUNC's own module's
+//! The loader's answer is read from the process's memory, never by running
+//! code in it: the module's own `R_X86_64_IRELATIVE` slot whose addend is
+//! the resolver (what the module's internal calls go through), else an
+//! importer's GOT slot for the symbol once bound (always with `BIND_NOW`).
+//! An IFUNC nothing has bound yet (imported lazily, or by no one) gets the
+//! answer its resolver would give: its instructions are followed without
+//! running them, over the loader's CPU data in the process's memory
+//! ([`evaluate_resolver`]); a resolver doing anything else is refused. An implementation must lie in the IFUNC's own module's
 //! text; anything else is refused with the reason. Sibling routines enter
 //! one another a few bytes in (glibc's `__mempcpy_*` jumps to
 //! `__memmove_*+3`): what the module scan finds around the implementation
@@ -76,16 +79,27 @@ pub fn resolve(
     slots.extend(inv.modules.iter().flat_map(|i| &i.plt).filter(|p| p.name == f.name).map(|p| p.got));
     let values: Vec<u64> = slots.into_iter().filter_map(&mut *read_u64).collect();
     let in_text = |a: &&u64| text.contains(*a) && **a != f.address;
-    let address = match values.iter().find(in_text) {
-        Some(&a) => a,
+    // Not bound yet (imported lazily, or by no one): the resolver's choice,
+    // read off the loader's CPU data the way the resolver reads it.
+    let evaluated = || {
+        let code = m.elf().bytes_at(f.link_address, f.size as usize)?;
+        evaluate_resolver(code, f.address, read_u64).filter(|a| in_text(&a))
+    };
+    let address = match values.iter().find(in_text).copied().or_else(evaluated) {
+        Some(a) => a,
         None => {
             return Err(match values.iter().find(|&&a| a != 0) {
                 Some(a) => format!(
-                    "IFUNC {}: its slots hold {a:#x}, not code of {} (an unbound PLT entry, or the vDSO)",
+                    "IFUNC {}: its slots hold {a:#x}, not code of {} (an unbound PLT entry, or the vDSO), \
+                     and its resolver does more than papirus evaluates without running it",
                     f.name,
                     m.basename()
                 ),
-                None => format!("IFUNC {}: no IRELATIVE or GOT slot holds its implementation", f.name),
+                None => format!(
+                    "IFUNC {}: no IRELATIVE or GOT slot holds its implementation, and its resolver does \
+                     more than papirus evaluates without running it",
+                    f.name
+                ),
             });
         }
     };
@@ -132,9 +146,220 @@ pub fn resolve(
     })
 }
 
+/// Most instructions [`evaluate_resolver`] follows.
+const RESOLVER_STEPS: usize = 256;
+
+/// The address the IFUNC resolver whose code is `code` (loaded at `ip`)
+/// returns, found without running it: its instructions are followed one by
+/// one, memory read through `read_u64` (the loader's CPU data, which it
+/// fills before any IRELATIVE resolver runs). Only what glibc's resolvers
+/// do is understood: loads, `lea`, `test`, `and`, `cmp`, conditional moves
+/// and branches, `ret`. Anything else (a call, a store, an unknown
+/// instruction or operand) gives `None`: no guess.
+pub fn evaluate_resolver(code: &[u8], ip: u64, read_u64: &mut dyn FnMut(u64) -> Option<u64>) -> Option<u64> {
+    use iced_x86::{ConditionCode, Decoder, DecoderOptions, FlowControl, Mnemonic, OpKind, Register};
+    let mut regs = [0u64; 16];
+    // ZF, SF, CF, OF
+    let mut flags: Option<(bool, bool, bool, bool)> = None;
+    let index = |r: Register| {
+        let full = r.full_register();
+        (full.number() >= Register::RAX.number() && full.number() <= Register::R15.number())
+            .then(|| full.number() - Register::RAX.number())
+    };
+    let high = |r: Register| matches!(r, Register::AH | Register::CH | Register::DH | Register::BH);
+    let get = |regs: &[u64; 16], r: Register| -> Option<u64> {
+        let v = regs[index(r)?];
+        Some(match r.size() {
+            1 if high(r) => (v >> 8) & 0xff,
+            1 => v & 0xff,
+            2 => v & 0xffff,
+            4 => v & 0xffff_ffff,
+            8 => v,
+            _ => return None,
+        })
+    };
+    let set = |regs: &mut [u64; 16], r: Register, x: u64| -> Option<()> {
+        let i = index(r)?;
+        let v = regs[i];
+        regs[i] = match r.size() {
+            1 if high(r) => (v & !0xff00) | ((x & 0xff) << 8),
+            1 => (v & !0xff) | (x & 0xff),
+            2 => (v & !0xffff) | (x & 0xffff),
+            4 => x & 0xffff_ffff,
+            8 => x,
+            _ => return None,
+        };
+        Some(())
+    };
+    let mut dec = Decoder::with_ip(64, code, ip, DecoderOptions::NONE);
+    for _ in 0..RESOLVER_STEPS {
+        if !dec.can_decode() {
+            return None;
+        }
+        let i = dec.decode();
+        if i.is_invalid() {
+            return None;
+        }
+        let bits = i.op0_register().size() as u32 * 8;
+        let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
+        // The second operand's value: a register, an immediate or a load.
+        let mut source = |regs: &[u64; 16]| -> Option<u64> {
+            match i.op1_kind() {
+                OpKind::Register => get(regs, i.op1_register()),
+                OpKind::Immediate8
+                | OpKind::Immediate32
+                | OpKind::Immediate8to32
+                | OpKind::Immediate8to64
+                | OpKind::Immediate32to64
+                | OpKind::Immediate16 => Some(i.immediate(1) & mask),
+                OpKind::Memory => {
+                    if i.memory_index() != Register::None || i.segment_prefix() != Register::None {
+                        return None;
+                    }
+                    let addr = if i.is_ip_rel_memory_operand() {
+                        i.ip_rel_memory_address()
+                    } else {
+                        get(regs, i.memory_base())?.wrapping_add(i.memory_displacement64())
+                    };
+                    Some(read_u64(addr)? & mask)
+                }
+                _ => None,
+            }
+        };
+        // No stores: what is written would have to be read back.
+        let nop = matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Endbr64);
+        if !nop
+            && i.op_count() >= 1
+            && i.op0_kind() != OpKind::Register
+            && i.flow_control() == FlowControl::Next
+        {
+            return None;
+        }
+        match i.mnemonic() {
+            Mnemonic::Endbr64 | Mnemonic::Nop => {}
+            Mnemonic::Ret => return Some(regs[0]),
+            Mnemonic::Mov if i.op_count() == 2 => {
+                let v = source(&regs)?;
+                set(&mut regs, i.op0_register(), v)?;
+            }
+            Mnemonic::Lea if i.is_ip_rel_memory_operand() => {
+                set(&mut regs, i.op0_register(), i.ip_rel_memory_address())?;
+            }
+            Mnemonic::Test | Mnemonic::And | Mnemonic::Cmp if i.op_count() == 2 => {
+                let a = get(&regs, i.op0_register())?;
+                let b = source(&regs)?;
+                let sign = 1u64 << (bits - 1);
+                let r = if i.mnemonic() == Mnemonic::Cmp { a.wrapping_sub(b) & mask } else { a & b };
+                let (cf, of) = if i.mnemonic() == Mnemonic::Cmp {
+                    (a < b, ((a ^ b) & (a ^ r) & sign) != 0)
+                } else {
+                    (false, false)
+                };
+                flags = Some((r == 0, r & sign != 0, cf, of));
+                if i.mnemonic() == Mnemonic::And {
+                    set(&mut regs, i.op0_register(), r)?;
+                }
+            }
+            _ => {
+                let cc = i.condition_code();
+                let taken = match (cc, flags) {
+                    (ConditionCode::None, _) => true,
+                    (_, None) => return None,
+                    (ConditionCode::e, Some(f)) => f.0,
+                    (ConditionCode::ne, Some(f)) => !f.0,
+                    (ConditionCode::s, Some(f)) => f.1,
+                    (ConditionCode::ns, Some(f)) => !f.1,
+                    (ConditionCode::b, Some(f)) => f.2,
+                    (ConditionCode::ae, Some(f)) => !f.2,
+                    (ConditionCode::be, Some(f)) => f.2 || f.0,
+                    (ConditionCode::a, Some(f)) => !f.2 && !f.0,
+                    (ConditionCode::l, Some(f)) => f.1 != f.3,
+                    (ConditionCode::ge, Some(f)) => f.1 == f.3,
+                    (ConditionCode::le, Some(f)) => f.0 || f.1 != f.3,
+                    (ConditionCode::g, Some(f)) => !f.0 && f.1 == f.3,
+                    _ => return None,
+                };
+                match i.mnemonic() {
+                    Mnemonic::Jmp
+                    | Mnemonic::Je
+                    | Mnemonic::Jne
+                    | Mnemonic::Js
+                    | Mnemonic::Jns
+                    | Mnemonic::Jb
+                    | Mnemonic::Jae
+                    | Mnemonic::Jbe
+                    | Mnemonic::Ja
+                    | Mnemonic::Jl
+                    | Mnemonic::Jge
+                    | Mnemonic::Jle
+                    | Mnemonic::Jg => {
+                        if i.op0_kind() != OpKind::NearBranch64 {
+                            return None;
+                        }
+                        if taken {
+                            let to = i.near_branch_target();
+                            let off = to.checked_sub(ip).filter(|&o| o < code.len() as u64)?;
+                            dec.set_ip(to);
+                            dec.set_position(off as usize).ok()?;
+                        }
+                    }
+                    Mnemonic::Cmove
+                    | Mnemonic::Cmovne
+                    | Mnemonic::Cmovs
+                    | Mnemonic::Cmovns
+                    | Mnemonic::Cmovb
+                    | Mnemonic::Cmovae
+                    | Mnemonic::Cmovbe
+                    | Mnemonic::Cmova
+                    | Mnemonic::Cmovl
+                    | Mnemonic::Cmovge
+                    | Mnemonic::Cmovle
+                    | Mnemonic::Cmovg => {
+                        let v = source(&regs)?;
+                        let r = i.op0_register();
+                        // A 32-bit cmov zero-extends even when it does not move.
+                        let keep = get(&regs, r)?;
+                        set(&mut regs, r, if taken { v } else { keep })?;
+                    }
+                    _ => return None,
+                }
+            }
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resolver_is_followed_without_running_it() {
+        #[rustfmt::skip]
+        let code = [
+            0x48, 0x8b, 0x05, 0xf9, 0x7f, 0, 0, // mov rax,[rip+0x7ff9]: the loader's data at 0x20000
+            0x8b, 0x90, 0xa4, 0x01, 0, 0,       // mov edx,[rax+0x1a4]
+            0xf6, 0xc6, 0x10,                   // test dh,0x10
+            0x75, 0x08,                         // jne 0x101a
+            0x48, 0x8d, 0x05, 0, 0x01, 0, 0,    // lea rax,[rip+0x100] (0x1119)
+            0xc3,
+            0x48, 0x8d, 0x05, 0, 0x02, 0, 0,    // lea rax,[rip+0x200] (0x1221)
+            0xc3,
+        ];
+        for (features, chosen) in [(0x1000u64, 0x1221u64), (0xefff, 0x1119)] {
+            let mut mem = |a: u64| match a {
+                0x9000 => Some(0x20000),
+                0x201a4 => Some(features | 0xdead_0000_0000),
+                _ => None,
+            };
+            assert_eq!(evaluate_resolver(&code, 0x1000, &mut mem), Some(chosen), "{features:#x}");
+        }
+        // What it does not follow gives no answer: a call, an unreadable load, xor.
+        let mut none = |_| None;
+        assert_eq!(evaluate_resolver(&[0xe8, 0, 0, 0, 0, 0xc3], 0x1000, &mut none), None);
+        assert_eq!(evaluate_resolver(&code, 0x1000, &mut none), None);
+        assert_eq!(evaluate_resolver(&[0x31, 0xc0, 0xc3], 0x1000, &mut none), None);
+    }
 
     #[test]
     fn this_libc_has_irelative_slots_for_its_ifuncs() {
