@@ -230,6 +230,7 @@ fn scan(elf: &ElfFile) -> Arc<Scan> {
     taken.extend(out.iter().map(|b| b.0));
     taken.sort_unstable();
     // A run nothing can reach is dead.
+    runs.sort_unstable();
     runs.retain(|&(a, b)| {
         let i = taken.partition_point(|&t| t < a);
         taken.get(i).is_none_or(|&t| t >= b)
@@ -262,7 +263,8 @@ pub fn around(elf: &ElfFile, body: Range<u64>, at: u64, span: u64) -> patch::Aro
     let s = scan(elf);
     let entry = entered(&s.branches, body, at, at + span).map_or(0, |(_, to)| to);
     let (lo, hi) = (at.saturating_sub(patch::NEAR_BEFORE), at + 2 * patch::analyze::HOP_FORWARD);
-    let dead = s.dead.iter().filter(|&&(a, b)| b > lo && a < hi).copied().collect();
+    let first = s.dead.partition_point(|&(_, b)| b <= lo);
+    let dead = s.dead[first..].iter().take_while(|&&(a, _)| a < hi).copied().collect();
     patch::Around { entry, dead }
 }
 
