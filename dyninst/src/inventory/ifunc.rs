@@ -200,12 +200,19 @@ pub fn evaluate_resolver(code: &[u8], ip: u64, read_u64: &mut dyn FnMut(u64) -> 
         if i.is_invalid() {
             return None;
         }
-        let bits = i.op0_register().size() as u32 * 8;
+        let bits = match i.op0_kind() {
+            OpKind::Memory => i.memory_size().size() as u32 * 8,
+            _ => i.op0_register().size() as u32 * 8,
+        };
+        if bits > 64 {
+            return None;
+        }
         let mask = if bits == 64 { u64::MAX } else { (1u64 << bits) - 1 };
         // The second operand's value: a register, an immediate or a load.
-        let mut source = |regs: &[u64; 16]| -> Option<u64> {
-            match i.op1_kind() {
-                OpKind::Register => get(regs, i.op1_register()),
+        // Operand `k`'s value: a register, an immediate or a load.
+        let mut operand = |regs: &[u64; 16], k: u32| -> Option<u64> {
+            match i.op_kind(k) {
+                OpKind::Register => get(regs, i.op_register(k)),
                 OpKind::Immediate8
                 | OpKind::Immediate32
                 | OpKind::Immediate8to32
@@ -227,8 +234,9 @@ pub fn evaluate_resolver(code: &[u8], ip: u64, read_u64: &mut dyn FnMut(u64) -> 
             }
         };
         // No stores: what is written would have to be read back.
-        let nop = matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Endbr64);
-        if !nop
+        let reads_only =
+            matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Endbr64 | Mnemonic::Test | Mnemonic::Cmp);
+        if !reads_only
             && i.op_count() >= 1
             && i.op0_kind() != OpKind::Register
             && i.flow_control() == FlowControl::Next
@@ -239,15 +247,15 @@ pub fn evaluate_resolver(code: &[u8], ip: u64, read_u64: &mut dyn FnMut(u64) -> 
             Mnemonic::Endbr64 | Mnemonic::Nop => {}
             Mnemonic::Ret => return Some(regs[0]),
             Mnemonic::Mov if i.op_count() == 2 => {
-                let v = source(&regs)?;
+                let v = operand(&regs, 1)?;
                 set(&mut regs, i.op0_register(), v)?;
             }
             Mnemonic::Lea if i.is_ip_rel_memory_operand() => {
                 set(&mut regs, i.op0_register(), i.ip_rel_memory_address())?;
             }
             Mnemonic::Test | Mnemonic::And | Mnemonic::Cmp if i.op_count() == 2 => {
-                let a = get(&regs, i.op0_register())?;
-                let b = source(&regs)?;
+                let a = operand(&regs, 0)?;
+                let b = operand(&regs, 1)?;
                 let sign = 1u64 << (bits - 1);
                 let r = if i.mnemonic() == Mnemonic::Cmp { a.wrapping_sub(b) & mask } else { a & b };
                 let (cf, of) = if i.mnemonic() == Mnemonic::Cmp {
@@ -315,7 +323,7 @@ pub fn evaluate_resolver(code: &[u8], ip: u64, read_u64: &mut dyn FnMut(u64) -> 
                     | Mnemonic::Cmovge
                     | Mnemonic::Cmovle
                     | Mnemonic::Cmovg => {
-                        let v = source(&regs)?;
+                        let v = operand(&regs, 1)?;
                         let r = i.op0_register();
                         // A 32-bit cmov zero-extends even when it does not move.
                         let keep = get(&regs, r)?;
@@ -354,7 +362,25 @@ mod tests {
             };
             assert_eq!(evaluate_resolver(&code, 0x1000, &mut mem), Some(chosen), "{features:#x}");
         }
-        // What it does not follow gives no answer: a call, an unreadable load, xor.
+        // A test of memory: test byte [rax+0xdc],0x20; je
+        #[rustfmt::skip]
+        let code2 = [
+            0x48, 0x8b, 0x05, 0xf9, 0x7f, 0, 0,
+            0xf6, 0x80, 0xdc, 0, 0, 0, 0x20,
+            0x74, 0x08,
+            0x48, 0x8d, 0x05, 0, 0x01, 0, 0, 0xc3,
+            0x48, 0x8d, 0x05, 0, 0x02, 0, 0, 0xc3,
+        ];
+        for (byte, chosen) in [(0x20u64, 0x1117u64), (0xdf, 0x121f)] {
+            let mut mem = |a: u64| match a {
+                0x9000 => Some(0x20000),
+                0x200dc => Some(byte | 0xff00),
+                _ => None,
+            };
+            assert_eq!(evaluate_resolver(&code2, 0x1000, &mut mem), Some(chosen), "{byte:#x}");
+        }
+        // What it does not follow gives no answer: a call, an unreadable load, xor, a store.
+        assert_eq!(evaluate_resolver(&[0x89, 0x07, 0xc3], 0x1000, &mut |_| Some(0)), None);
         let mut none = |_| None;
         assert_eq!(evaluate_resolver(&[0xe8, 0, 0, 0, 0, 0xc3], 0x1000, &mut none), None);
         assert_eq!(evaluate_resolver(&code, 0x1000, &mut none), None);
