@@ -387,6 +387,42 @@ mod tests {
         assert_eq!(evaluate_resolver(&[0x31, 0xc0, 0xc3], 0x1000, &mut none), None);
     }
 
+    /// The loader's own choices in this test process (libc's IRELATIVE
+    /// slots, filled by running the resolvers) are what following each
+    /// resolver without running it gives.
+    #[test]
+    fn following_libc_resolvers_gives_what_the_loader_chose_here() {
+        use std::os::unix::fs::FileExt;
+        let maps = crate::maps::read(std::process::id() as i32).unwrap();
+        let Some(m) = maps.iter().find(|m| m.offset == 0 && m.name.ends_with("/libc.so.6")) else {
+            eprintln!("no libc.so.6 mapped here");
+            return;
+        };
+        let elf = ElfFile::open(&m.name).unwrap();
+        let bias = m.start; // libc's first PT_LOAD is at link-time address 0
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let mut read = |a: u64| {
+            let mut b = [0u8; 8];
+            mem.read_exact_at(&mut b, a).ok().map(|()| u64::from_le_bytes(b))
+        };
+        let slots = irelative_slots(&elf);
+        let mut checked = 0;
+        for f in elf.functions().filter(|s| s.kind == papirus_substrate::elf::SymbolKind::Ifunc) {
+            let Some(&(_, slot)) = slots.iter().find(|&&(addend, _)| addend == f.address) else { continue };
+            let loader = read(slot + bias).unwrap();
+            let code = elf.bytes_at(f.address, f.size as usize).unwrap();
+            match evaluate_resolver(code, f.address + bias, &mut read) {
+                Some(a) => {
+                    assert_eq!(a, loader, "{}: followed {a:#x}, the loader chose {loader:#x}", f.name);
+                    checked += 1;
+                }
+                None => eprintln!("{}: not followed", f.name),
+            }
+        }
+        eprintln!("{checked} resolvers followed, each to what the loader chose");
+        assert!(checked >= 20, "{checked} resolvers followed");
+    }
+
     #[test]
     fn this_libc_has_irelative_slots_for_its_ifuncs() {
         let Ok(elf) = ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") else {
