@@ -384,3 +384,76 @@ fn lazily_bound_ifuncs_resolve_to_what_the_process_calls() {
         Err(e) => eprintln!("uprobe counts not taken: {e}"),
     }
 }
+
+/// `attach -f memcpy,mempcpy` to a program copying in a loop: memcpy's
+/// implementation takes its hop while the program runs, and after detach
+/// the code around it is byte for byte the file's and the program computes
+/// what a plain run of as many rounds computes.
+#[test]
+fn attach_hops_into_memcpy_and_detach_restores_its_bytes() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::fs::FileExt;
+    use std::process::Stdio;
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !libc.exists() {
+        eprintln!("{}: not on this machine", libc.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_memmove.c", &["-fno-builtin"]);
+    let mut child = Command::new(&program)
+        .arg("until-stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n");
+    let pid = child.id();
+    let out = dir.path().join("r.json");
+    let probed = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args([
+            "attach",
+            &pid.to_string(),
+            "-m",
+            "libc.so.6",
+            "-f",
+            "memcpy,mempcpy",
+            "--duration",
+            "1",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success() && !stderr.contains("papirus-probe: refused"), "{stderr}");
+    let r = report(&out);
+    let memcpy = r.functions.iter().find(|f| f.starts_with("memcpy -> libc.so.6+0x")).expect("memcpy");
+    assert!(calls(&r, memcpy) > 0, "{memcpy} called while attached");
+    // The 256 bytes either side of the implementation: the file's again.
+    let link = u64::from_str_radix(memcpy.rsplit_once("+0x").unwrap().1, 16).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with("/libc.so.6") && l.split_whitespace().nth(2) == Some("00000000"))
+        .map(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
+        .expect("libc mapped at offset 0");
+    let elf = papirus_substrate::elf::ElfFile::open(libc).unwrap();
+    let file = elf.bytes_at(link - 256, 512).unwrap();
+    let mut mem = vec![0; 512];
+    std::fs::File::open(format!("/proc/{pid}/mem"))
+        .unwrap()
+        .read_exact_at(&mut mem, base + link - 256)
+        .unwrap();
+    assert!(mem == file, "the code around {memcpy} differs from the file's after detach");
+    drop(child.stdin.take());
+    let mut text = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+    assert!(child.wait().unwrap().success());
+    let (rounds, sum) = text.split_once('\n').unwrap();
+    let plain = Command::new(&program).arg(rounds).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), sum, "{rounds} rounds");
+}
