@@ -73,7 +73,9 @@ pub struct Prologue {
     pub endbr64: bool,
     /// Offset of the jump from the function's start (4 after `endbr64`, else 0).
     pub offset: u8,
-    /// Bytes the jump (and its `int3` filler) overwrites: at least 5.
+    /// Bytes the displaced instructions occupy: at least 5, which the jump
+    /// (and its `int3` filler) overwrites; under a hop, those before the
+    /// entry other code uses, of which the `jmp rel8` overwrites 2.
     pub length: u8,
     /// How many instructions run from the trampoline.
     pub instructions: u8,
@@ -81,7 +83,7 @@ pub struct Prologue {
     pub rip_relative: bool,
     /// One of them is a relative branch or call (re-targeted when relocated).
     pub relative_branch: bool,
-    /// Displaced prologue, or the whole function moved.
+    /// Displaced prologue, the whole function moved, or a hop.
     pub tactic: Tactic,
 }
 
