@@ -444,9 +444,17 @@ impl<S: AddressSpace> Patcher<S> {
                 }),
                 Some((_, around)) => {
                     let near_at = f.addr.saturating_sub(NEAR_BEFORE);
+                    // As many bytes as `list --patchable` reads from the file, so both decide alike.
+                    let len = f.addr - near_at + f.size + TAIL;
                     match code.get(near_at, f.addr - near_at + f.size) {
-                        Some(near) => decide_around(&f.name, near, near_at, f.size, f.addr, f.limit, &around),
-                        None => decide_around(&f.name, bytes, f.addr, f.size, f.addr, f.limit, &around),
+                        Some(near) => {
+                            let near = &near[..near.len().min(len as usize)];
+                            decide_around(&f.name, near, near_at, f.size, f.addr, f.limit, &around)
+                        }
+                        None => {
+                            let own = &bytes[..bytes.len().min((f.size + TAIL) as usize)];
+                            decide_around(&f.name, own, f.addr, f.size, f.addr, f.limit, &around)
+                        }
                     }
                 }
             };
