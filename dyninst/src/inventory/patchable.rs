@@ -231,9 +231,13 @@ fn scan(elf: &ElfFile) -> Arc<Scan> {
     out.sort_unstable();
     taken.extend(out.iter().map(|b| b.0));
     taken.sort_unstable();
-    // A run nothing can reach is dead.
+    // A run nothing can reach is dead. Alignment padding ends on an aligned
+    // address: a run that does not is no padding the assembler made.
     runs.sort_unstable();
     runs.retain(|&(a, b)| {
+        if b % 8 != 0 {
+            return false;
+        }
         let i = taken.partition_point(|&t| t < a);
         taken.get(i).is_none_or(|&t| t >= b)
     });
@@ -250,8 +254,9 @@ pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
 
 /// The dead padding of `elf`'s code as (start, end) link-time addresses,
 /// sorted: runs of `nop`/`int3` that follow an instruction that never falls
-/// through (`ret`, `jmp`, `ud2`), with no symbol, branch target,
-/// RIP-relative operand or relocated pointer inside them. A [`Tactic::Hop`]
+/// through (`ret`, `jmp`, `ud2`) and end on an 8-byte boundary, with no
+/// symbol, branch target, RIP-relative operand or relocated pointer inside
+/// them. A [`Tactic::Hop`]
 /// puts its `jmp rel32` there.
 pub fn dead_runs(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
     scan(elf).dead.clone()
