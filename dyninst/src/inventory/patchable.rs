@@ -11,7 +11,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use iced_x86::{Decoder, DecoderOptions, FlowControl};
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Mnemonic};
 use papirus_substrate::elf::{ElfFile, SymbolKind};
 use serde::Serialize;
 
@@ -54,7 +54,11 @@ impl fmt::Display for Patchability {
                     p.instructions,
                     p.length,
                     if p.endbr64 { ", endbr64" } else { "" },
-                    if p.tactic == Tactic::Whole { ", moved whole" } else { "" }
+                    match p.tactic {
+                        Tactic::Whole => ", moved whole",
+                        Tactic::Hop => ", 2-byte hop",
+                        Tactic::Prologue => "",
+                    }
                 )
             }
             Patchability::NotPatchable { reason } => write!(f, "no: {reason}"),
@@ -69,7 +73,9 @@ pub struct Prologue {
     pub endbr64: bool,
     /// Offset of the jump from the function's start (4 after `endbr64`, else 0).
     pub offset: u8,
-    /// Bytes the jump (and its `int3` filler) overwrites: at least 5.
+    /// Bytes the displaced instructions occupy: at least 5, which the jump
+    /// (and its `int3` filler) overwrites; under a hop, those before the
+    /// entry other code uses, of which the `jmp rel8` overwrites 2.
     pub length: u8,
     /// How many instructions run from the trampoline.
     pub instructions: u8,
@@ -77,7 +83,7 @@ pub struct Prologue {
     pub rip_relative: bool,
     /// One of them is a relative branch or call (re-targeted when relocated).
     pub relative_branch: bool,
-    /// Displaced prologue, or the whole function moved.
+    /// Displaced prologue, the whole function moved, or a hop.
     pub tactic: Tactic,
 }
 
@@ -102,6 +108,8 @@ pub enum Reason {
         from: u64,
         /// Link-time address it lands on.
         to: u64,
+        /// Why a 2-byte `jmp rel8` hop does not fit either.
+        why: String,
     },
     /// The patcher's refusal.
     Refused {
@@ -118,9 +126,11 @@ impl fmt::Display for Reason {
             Reason::Resolver => f.write_str("IFUNC resolver (the implementation it picks is patched)"),
             Reason::UnknownSize => f.write_str("size unknown"),
             Reason::NotInFile => f.write_str("bytes not in the file"),
-            Reason::Entered { from, to } => {
-                write!(f, "the code at {from:#x} branches to {to:#x}, inside the bytes the jump overwrites")
-            }
+            Reason::Entered { from, to, why } => write!(
+                f,
+                "the code at {from:#x} branches to {to:#x}, inside the bytes the jump overwrites, and no 2-byte \
+                 hop fits: {why}"
+            ),
             Reason::Refused { why } => f.write_str(why),
         }
     }
@@ -134,10 +144,20 @@ pub fn next_symbol(elf: &ElfFile, addr: u64) -> u64 {
     syms.get(i).map_or(0, |s| s.address)
 }
 
-/// Every direct branch and call of `elf`'s executable sections as (target,
-/// source) link-time addresses, sorted; decoded once per file.
-pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
-    type Cache = Mutex<HashMap<(PathBuf, usize), Arc<Vec<(u64, u64)>>>>;
+/// What one linear pass over a module's code finds.
+#[derive(Debug, Default)]
+struct Scan {
+    /// (target, source) of every direct branch and call, sorted.
+    branches: Arc<Vec<(u64, u64)>>,
+    /// Dead padding runs (start, end), sorted.
+    dead: Arc<Vec<(u64, u64)>>,
+}
+
+/// Size of an `Elf64_Rela`.
+const RELA_LEN: usize = 24;
+
+fn scan(elf: &ElfFile) -> Arc<Scan> {
+    type Cache = Mutex<HashMap<(PathBuf, usize), Arc<Scan>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let key = (elf.path().to_path_buf(), elf.data().len());
     let cache = CACHE.get_or_init(Cache::default);
@@ -145,6 +165,12 @@ pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
         return b.clone();
     }
     let mut out = Vec::new();
+    // Addresses code may reach other than by a direct branch: symbols,
+    // RIP-relative operands (a resolver's `lea` of an implementation) and
+    // pointers the loader relocates (every relocation's addend, to err on
+    // the safe side).
+    let mut taken: Vec<u64> = elf.symbols().iter().map(|s| s.address).collect();
+    let mut runs = Vec::new();
     let data = elf.data();
     for s in elf.sections().iter().filter(|s| s.executable && s.allocated) {
         let start = s.file_offset as usize;
@@ -153,8 +179,32 @@ pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
         };
         let mut dec = Decoder::with_ip(64, bytes, s.address, DecoderOptions::NONE);
         let mut i = iced_x86::Instruction::default();
+        // The run of padding being read, when what precedes it never falls through.
+        let mut run: Option<u64> = None;
+        let mut after_end = false;
+        let mut in_padding = false;
         while dec.can_decode() {
             dec.decode_out(&mut i);
+            let pad = !i.is_invalid() && matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3);
+            if pad {
+                if !in_padding && after_end {
+                    run = Some(i.ip());
+                }
+                in_padding = true;
+                continue;
+            }
+            if let Some(r) = run.take() {
+                runs.push((r, i.ip()));
+            }
+            in_padding = false;
+            after_end = !i.is_invalid()
+                && (matches!(
+                    i.flow_control(),
+                    FlowControl::Return | FlowControl::UnconditionalBranch | FlowControl::IndirectBranch
+                ) || i.code() == iced_x86::Code::Ud2);
+            if i.is_ip_rel_memory_operand() {
+                taken.push(i.ip_rel_memory_address());
+            }
             if matches!(
                 i.flow_control(),
                 FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
@@ -163,11 +213,66 @@ pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
                 out.push((i.near_branch_target(), i.ip()));
             }
         }
+        if let Some(r) = run {
+            runs.push((r, s.address + s.size));
+        }
+    }
+    for s in elf.sections().iter().filter(|s| s.name.starts_with(".rela") && s.entry_size == RELA_LEN as u64)
+    {
+        let start = s.file_offset as usize;
+        let Some(bytes) = start.checked_add(s.size as usize).and_then(|end| data.get(start..end)) else {
+            continue;
+        };
+        for r in bytes.chunks_exact(RELA_LEN) {
+            let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+            taken.push(word(2));
+        }
     }
     out.sort_unstable();
-    let out = Arc::new(out);
-    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, out.clone());
-    out
+    taken.extend(out.iter().map(|b| b.0));
+    taken.sort_unstable();
+    // A run nothing can reach is dead. Alignment padding ends on an aligned
+    // address: a run that does not is no padding the assembler made.
+    runs.sort_unstable();
+    runs.retain(|&(a, b)| {
+        if b % 8 != 0 {
+            return false;
+        }
+        let i = taken.partition_point(|&t| t < a);
+        taken.get(i).is_none_or(|&t| t >= b)
+    });
+    let scan = Arc::new(Scan { branches: Arc::new(out), dead: Arc::new(runs) });
+    cache.lock().unwrap_or_else(|e| e.into_inner()).insert(key, scan.clone());
+    scan
+}
+
+/// Every direct branch and call of `elf`'s executable sections as (target,
+/// source) link-time addresses, sorted; decoded once per file.
+pub fn branches(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
+    scan(elf).branches.clone()
+}
+
+/// The dead padding of `elf`'s code as (start, end) link-time addresses,
+/// sorted: runs of `nop`/`int3` that follow an instruction that never falls
+/// through (`ret`, `jmp`, `ud2`) and end on an 8-byte boundary, with no
+/// symbol, branch target, RIP-relative operand or relocated pointer inside
+/// them. A [`Tactic::Hop`]
+/// puts its `jmp rel32` there.
+pub fn dead_runs(elf: &ElfFile) -> Arc<Vec<(u64, u64)>> {
+    scan(elf).dead.clone()
+}
+
+/// [`patch::Around`] the function at link-time address `func` (its body
+/// `body`, its jump at `at`) in `elf`, at link-time addresses: the first
+/// entry from outside the body into its first `span` bytes past `at`, and
+/// the dead runs within a `jmp rel8`'s reach.
+pub fn around(elf: &ElfFile, body: Range<u64>, at: u64, span: u64) -> patch::Around {
+    let s = scan(elf);
+    let entry = entered(&s.branches, body, at, at + span).map_or(0, |(_, to)| to);
+    let (lo, hi) = (at.saturating_sub(patch::NEAR_BEFORE), at + 2 * patch::analyze::HOP_FORWARD);
+    let first = s.dead.partition_point(|&(_, b)| b <= lo);
+    let dead = s.dead[first..].iter().take_while(|&&(a, _)| a < hi).copied().collect();
+    patch::Around { entry, dead }
 }
 
 /// The first branch of `branches` from outside `body` landing in (at, end).
@@ -207,14 +312,55 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
         .bytes_at(func.link_address, func.size as usize + tail)
         .or_else(|| elf.bytes_at(func.link_address, func.size as usize))
         .ok_or(Reason::NotInFile)?;
-    let limit = next_symbol(elf, func.link_address);
-    let plan = patch::decide(&func.name, code, func.size, func.link_address, limit)
-        .map_err(|r| Reason::Refused { why: r.to_string() })?;
-    let body = func.link_address..func.link_address + func.size;
-    if let Some((from, to)) = entered(&branches(elf), body, plan.at, plan.resume()) {
-        return Err(Reason::Entered { from, to });
+    let link = func.link_address;
+    let limit = next_symbol(elf, link);
+    let body = link..link + func.size;
+    let at = patch::analyze::entry_point(code, func.size as usize, link);
+    let around = around(elf, body, at, func.size + tail as u64);
+    if around.entry == 0 {
+        // A loop of its own back into the first bytes may still take a hop.
+        match patch::decide(&func.name, code, func.size, link, limit) {
+            Ok(plan) => return Ok(prologue(&plan)),
+            Err(patch::Refusal::BranchIntoPatch { .. }) => {}
+            Err(r) => return Err(Reason::Refused { why: r.to_string() }),
+        }
     }
-    Ok(prologue(&plan))
+    let (near_at, near) = near(elf, link, code);
+    // The patcher decides this function by the same knowledge, at its run-time address.
+    let bias = func.address.wrapping_sub(link);
+    let head = &code[..code.len().min(func.size as usize).min(HEAD_LEN)];
+    patch::note_around(func.address, head, shifted(&around, bias));
+    match patch::decide_around(&func.name, near, near_at, func.size, link, limit, &around) {
+        Ok(plan) => Ok(prologue(&plan)),
+        Err(patch::Refusal::Entered { why, .. }) if around.entry != 0 => {
+            let from =
+                entered(&branches(elf), link..link + func.size, at, around.entry + 1).map_or(0, |e| e.0);
+            Err(Reason::Entered { from, to: around.entry, why: why.to_string() })
+        }
+        Err(r) => Err(Reason::Refused { why: r.to_string() }),
+    }
+}
+
+/// First bytes of a function the patcher compares with memory before using
+/// what the module scan found around it.
+pub const HEAD_LEN: usize = 16;
+
+/// The bytes of `elf` from up to [`patch::NEAR_BEFORE`] below `link` on,
+/// `code` (the function's bytes) included, with where they start.
+pub fn near<'a>(elf: &'a ElfFile, link: u64, code: &'a [u8]) -> (u64, &'a [u8]) {
+    let near_at = link.saturating_sub(patch::NEAR_BEFORE);
+    match elf.bytes_at(near_at, (link - near_at) as usize + code.len()) {
+        Some(b) => (near_at, b),
+        None => (link, code),
+    }
+}
+
+/// `around` moved by `bias` (link time to run time); no entry stays none.
+pub fn shifted(around: &patch::Around, bias: u64) -> patch::Around {
+    patch::Around {
+        entry: if around.entry == 0 { 0 } else { around.entry.wrapping_add(bias) },
+        dead: around.dead.iter().map(|&(a, b)| (a.wrapping_add(bias), b.wrapping_add(bias))).collect(),
+    }
 }
 
 fn prologue(plan: &EntryPlan) -> Prologue {
@@ -238,6 +384,27 @@ fn prologue(plan: &EntryPlan) -> Prologue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dead_runs_of_this_libc_are_padding_after_code_that_does_not_fall_through() {
+        let Ok(elf) = ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6") else {
+            eprintln!("no /lib/x86_64-linux-gnu/libc.so.6 here");
+            return;
+        };
+        let dead = dead_runs(&elf);
+        assert!(dead.len() > 1000, "{} runs", dead.len());
+        let targets = branches(&elf);
+        for &(a, b) in dead.iter() {
+            let bytes = elf.bytes_at(a, (b - a) as usize).unwrap();
+            let pad = Decoder::with_ip(64, bytes, a, DecoderOptions::NONE)
+                .into_iter()
+                .all(|i| matches!(i.mnemonic(), Mnemonic::Nop | Mnemonic::Int3));
+            assert!(pad, "{a:#x}..{b:#x}");
+            let i = targets.partition_point(|t| t.0 < a);
+            assert!(targets.get(i).is_none_or(|t| t.0 >= b), "{a:#x}..{b:#x} is branched to");
+            assert!(elf.symbols().iter().all(|s| !(a..b).contains(&s.address)), "{a:#x}: a symbol");
+        }
+    }
 
     #[test]
     fn entered_ignores_the_function_itself_and_its_first_byte() {

@@ -75,6 +75,17 @@ pub enum Refusal {
     /// The relocated code does not encode at the trampoline's address.
     #[error("cannot relocate the displaced instructions: {0}")]
     Relocation(String),
+    /// Other code enters past the first byte, inside the 5 bytes a jump
+    /// needs, and no `jmp rel8` hop fits either.
+    #[error(
+        "code elsewhere enters at +{offset:#x}, inside the 5 bytes a jump needs, and no 2-byte hop fits: {why}"
+    )]
+    Entered {
+        /// Offset of the entry from the function start.
+        offset: u64,
+        /// Why the hop does not fit.
+        why: &'static str,
+    },
 }
 
 /// How to patch one function's entry.
@@ -86,10 +97,18 @@ pub struct EntryPlan {
     pub at: u64,
     /// The displaced instructions, decoded at their original addresses.
     pub moved: Vec<Instruction>,
-    /// Bytes the jump and its `int3` filler overwrite (≥ [`JMP_LEN`]).
+    /// Bytes the displaced instructions occupy: the jump and its `int3`
+    /// filler overwrite them (≥ [`JMP_LEN`]), except under [`Tactic::Hop`]
+    /// (only the first 2 are overwritten; the rest stay and are never run).
     pub moved_len: u64,
-    /// The original bytes at `at`, `moved_len` long.
+    /// The first byte the patch writes: `at`, or a hop slot below it.
+    pub start: u64,
+    /// The original bytes from `start` on, as many as the patch writes
+    /// (under [`Tactic::Hop`], the bytes between the entry and its slot too,
+    /// rewritten unchanged).
     pub original: Vec<u8>,
+    /// Under [`Tactic::Hop`]: where the 5-byte `jmp rel32` to the trampoline goes.
+    pub hop: Option<u64>,
     /// The whole function runs from the trampoline (see [`Tactic::Whole`]).
     pub tactic: Tactic,
     /// End of the bytes no stopped thread may be inside (past `at`) when the jump is written.
@@ -108,12 +127,24 @@ pub enum Tactic {
     /// covers the function's alignment padding), bodies that return or jump
     /// away within their first 5 bytes, and small loops back into them.
     Whole,
+    /// Other code enters the function a few bytes past its start (glibc's
+    /// `__mempcpy_*` jumps to `__memmove_*+3`): a 2-byte `jmp rel8` covers
+    /// only the bytes before that entry and goes to a 5-byte `jmp rel32` in
+    /// dead alignment padding within its reach, which goes to the
+    /// trampoline. The trampoline runs the instructions before the entry and
+    /// jumps back to the entry.
+    Hop,
 }
 
 impl EntryPlan {
     /// Where execution resumes in the original code after the displaced instructions.
     pub fn resume(&self) -> u64 {
         self.at + self.moved_len
+    }
+
+    /// The bytes the patch writes.
+    pub fn patched(&self) -> std::ops::Range<u64> {
+        self.start..self.start + self.original.len() as u64
     }
 }
 
@@ -276,7 +307,140 @@ fn plan_prologue(code: &[u8], skip: usize, func: u64) -> Result<EntryPlan, Refus
         }
     }
     let original = body[..len as usize].to_vec();
-    Ok(EntryPlan { func, at, moved, moved_len: len, original, tactic: Tactic::Prologue, busy_end: end })
+    Ok(EntryPlan {
+        func,
+        at,
+        moved,
+        moved_len: len,
+        start: at,
+        original,
+        hop: None,
+        tactic: Tactic::Prologue,
+        busy_end: end,
+    })
+}
+
+/// Length of `jmp rel8`.
+pub const JMP8_LEN: u64 = 2;
+/// How far below its own end a `jmp rel8` reaches.
+pub const HOP_BACK: u64 = 128;
+/// How far above its own end a `jmp rel8` reaches.
+pub const HOP_FORWARD: u64 = 127;
+
+/// Where the jump goes in the function at `func` whose body is `code[..size]`: after any `endbr64`.
+pub fn entry_point(code: &[u8], size: usize, func: u64) -> u64 {
+    func + if code[..size.min(code.len())].starts_with(&ENDBR64) { ENDBR64.len() as u64 } else { 0 }
+}
+
+/// Whether `bytes` decode as `nop` and `int3` instructions only, ending exactly at their end.
+fn all_padding(bytes: &[u8]) -> bool {
+    !bytes.is_empty() && padding(bytes) == bytes.len() as u64
+}
+
+/// Plans [`Tactic::Hop`] for the function at `func` whose body is
+/// `near[func - near_at..][..size]`, entered by other code at `entry`
+/// (`at` < `entry` < `at` + 5): the instructions before `entry` are
+/// displaced (they must end exactly there), a `jmp rel8` replaces their
+/// first 2 bytes, and the `jmp rel32` goes to a 5-byte slot of one of the
+/// `dead` runs (start, end): alignment padding that the module's code never
+/// runs (it follows code that does not fall through, and no branch lands in
+/// it). The slot's bytes are checked here to still be `nop`/`int3`, and
+/// every byte from the slot to the entry must lie in `near`.
+pub fn plan_hop(
+    near: &[u8],
+    near_at: u64,
+    func: u64,
+    size: usize,
+    entry: u64,
+    dead: &[(u64, u64)],
+) -> Result<EntryPlan, Refusal> {
+    let Some(code) = func.checked_sub(near_at).and_then(|o| near.get(o as usize..)) else {
+        return Err(Refusal::Undecodable { offset: 0 });
+    };
+    let size = size.min(code.len());
+    let at = entry_point(code, size, func);
+    let skip = (at - func) as usize;
+    let offset = entry - func;
+    let refuse = |why| Refusal::Entered { offset, why };
+    if entry < at + JMP8_LEN {
+        return Err(refuse("fewer than 2 bytes lie before the entry"));
+    }
+    let mut dec = Decoder::with_ip(64, &code[skip..size], at, DecoderOptions::NONE);
+    let mut moved = Vec::new();
+    let mut len = 0u64;
+    while at + len < entry {
+        if !dec.can_decode() {
+            return Err(refuse("the body ends before the entry"));
+        }
+        let i = dec.decode();
+        if i.is_invalid() {
+            return Err(Refusal::Undecodable { offset: i.ip() - func });
+        }
+        len += i.len() as u64;
+        check_movable(&i, func, at + len >= entry, false)?;
+        moved.push(i);
+    }
+    if at + len != entry {
+        return Err(refuse("the entry is not an instruction boundary of the function"));
+    }
+    // The function's own branches may land on the entry, never between it and `at`.
+    for i in Decoder::with_ip(64, &code[..size], func, DecoderOptions::NONE) {
+        if !i.is_invalid()
+            && matches!(
+                i.flow_control(),
+                FlowControl::ConditionalBranch | FlowControl::UnconditionalBranch | FlowControl::Call
+            )
+            && i.near_branch_target() > at
+            && i.near_branch_target() < entry
+        {
+            return Err(Refusal::BranchIntoPatch { from: i.ip() - func, to: i.near_branch_target() - func });
+        }
+    }
+    // The closest slot within the rel8's reach at or after the entry (the
+    // patch then spans the function's own bytes only), else below `at`.
+    let from = at + JMP8_LEN;
+    let (lo, hi) = (from.saturating_sub(HOP_BACK), from + HOP_FORWARD);
+    let near_end = near_at + near.len() as u64;
+    let mut best: Option<u64> = None;
+    for &(s, e) in dead {
+        if s < near_at || e > near_end || e < s + JMP_LEN {
+            continue;
+        }
+        if !all_padding(&near[(s - near_at) as usize..(e - near_at) as usize]) {
+            continue;
+        }
+        let below = (e - JMP_LEN).min(at.saturating_sub(JMP_LEN));
+        let above = s.max(entry);
+        for c in [below, above] {
+            let fits = c >= s && c + JMP_LEN <= e && (lo..=hi).contains(&c);
+            let apart = c + JMP_LEN <= at || c >= entry;
+            let rank = |c: u64| (c < at, c.abs_diff(at));
+            if fits && apart && best.is_none_or(|b| rank(c) < rank(b)) {
+                best = Some(c);
+            }
+        }
+    }
+    let Some(slot) = best else {
+        return Err(refuse("no dead padding of 5 bytes within a jmp rel8's reach"));
+    };
+    for i in &moved {
+        check_data(i, func, at, at + JMP8_LEN)?;
+        check_data(i, func, slot, slot + JMP_LEN)?;
+    }
+    let start = slot.min(at);
+    let end = (slot + JMP_LEN).max(at + JMP8_LEN);
+    let original = near[(start - near_at) as usize..(end - near_at) as usize].to_vec();
+    Ok(EntryPlan {
+        func,
+        at,
+        moved,
+        moved_len: len,
+        start,
+        original,
+        hop: Some(slot),
+        tactic: Tactic::Hop,
+        busy_end: at + JMP8_LEN,
+    })
 }
 
 /// Plans [`Tactic::Whole`] for `body` (after any `endbr64`) at `at`, with
@@ -327,7 +491,17 @@ fn plan_whole(body: &[u8], after: &[u8], at: u64, func: u64) -> Result<EntryPlan
     }
     let mut original = body[..body_len as usize].to_vec();
     original.extend_from_slice(&tail[..(moved_len - body_len) as usize]);
-    Ok(EntryPlan { func, at, moved, moved_len, original, tactic: Tactic::Whole, busy_end: at + moved_len })
+    Ok(EntryPlan {
+        func,
+        at,
+        moved,
+        moved_len,
+        start: at,
+        original,
+        hop: None,
+        tactic: Tactic::Whole,
+        busy_end: at + moved_len,
+    })
 }
 
 #[cfg(test)]
@@ -396,6 +570,43 @@ mod tests {
         // mov eax,[rip-6]: reads its own bytes, which the jump replaces
         let e = plan(&[0x8b, 0x05, 0xfa, 0xff, 0xff, 0xff, 0xc3], 7, F).unwrap_err();
         assert!(matches!(e, Refusal::Unmovable { offset: 0, .. }), "{e}");
+    }
+
+    #[test]
+    fn hop_covers_only_the_bytes_before_an_entry() {
+        // 8 bytes of padding after a `ret`, then: push rbx; mov ebx,edi;
+        // (+3, entered from elsewhere) lea eax,[rbx+1]; pop rbx; ret
+        let pad = [0xc3, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0];
+        let body = [0x53, 0x89, 0xfb, 0x8d, 0x43, 0x01, 0x5b, 0xc3];
+        let near: Vec<u8> = pad.iter().chain(&body).copied().collect();
+        let near_at = F - pad.len() as u64;
+        let dead = [(near_at + 1, F)];
+        let p = plan_hop(&near, near_at, F, body.len(), F + 3, &dead).unwrap();
+        assert_eq!((p.tactic, p.moved.len(), p.moved_len, p.resume()), (Tactic::Hop, 2, 3, F + 3));
+        assert_eq!((p.hop, p.start, p.busy_end), (Some(F - 5), F - 5, F + 2));
+        assert_eq!(p.original, near[4..11]);
+        let jump = crate::patch::codegen::entry_jump(&p, F + 0x1000).unwrap();
+        let rel32 = (0x1000i32 + 5 - 5).to_le_bytes();
+        assert_eq!(
+            jump,
+            [0xe9, rel32[0], rel32[1], rel32[2], rel32[3], 0xeb, 0xf9],
+            "jmp rel32; jmp rel8 -7"
+        );
+        // The entry mid-instruction, too close, or no dead bytes within reach: refused.
+        let e = plan_hop(&near, near_at, F, body.len(), F + 2, &dead).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 2, .. }), "{e}");
+        let e = plan_hop(&near, near_at, F, body.len(), F + 1, &dead).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 1, .. }), "{e}");
+        let e = plan_hop(&near, near_at, F, body.len(), F + 3, &[]).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
+        // A "dead" run whose bytes are not padding is not used.
+        let e = plan_hop(&near, near_at, F, body.len(), F + 3, &[(near_at, F)]).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
+        // Its own branch between the jump and the entry: refused.
+        let mut looped = near.clone();
+        looped.extend_from_slice(&[0xeb, 0xf7]); // jmp to F+1 from F+8
+        let e = plan_hop(&looped, near_at, F, body.len() + 2, F + 3, &dead).unwrap_err();
+        assert_eq!(e, Refusal::BranchIntoPatch { from: 8, to: 1 });
     }
 
     #[test]

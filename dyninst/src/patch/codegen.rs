@@ -25,7 +25,7 @@
 use iced_x86::code_asm::*;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Register};
 
-use super::analyze::{EntryPlan, JMP_LEN, Refusal};
+use super::analyze::{EntryPlan, JMP_LEN, JMP8_LEN, Refusal};
 
 /// Bytes from the trampoline's saved-register area to the return-address slot
 /// (rax, the flags image and nine more registers).
@@ -188,9 +188,23 @@ fn relocate(a: &mut CodeAssembler, plan: &EntryPlan, k: usize, i: &Instruction) 
 }
 
 /// The bytes that replace the displaced instructions: `jmp rel32` to the
-/// trampoline, then `int3` over the rest of the last displaced instruction.
-/// `None` when the trampoline is out of a rel32's reach.
+/// trampoline, then `int3` over the rest of the last displaced instruction;
+/// under [`Tactic::Hop`](super::Tactic::Hop), the bytes of
+/// [`EntryPlan::patched`]: `jmp rel8` at the entry, `jmp rel32` in the slot,
+/// every other byte unchanged. `None` when the trampoline is out of a
+/// rel32's reach.
 pub fn entry_jump(plan: &EntryPlan, trampoline: u64) -> Option<Vec<u8>> {
+    if let Some(slot) = plan.hop {
+        let rel32 = i32::try_from(trampoline as i64 - (slot + JMP_LEN) as i64).ok()?;
+        let rel8 = i8::try_from(slot as i64 - (plan.at + JMP8_LEN) as i64).ok()?;
+        let mut out = plan.original.clone();
+        let a = (plan.at - plan.start) as usize;
+        out[a..a + 2].copy_from_slice(&[0xeb, rel8 as u8]);
+        let s = (slot - plan.start) as usize;
+        out[s] = 0xe9;
+        out[s + 1..s + 5].copy_from_slice(&rel32.to_le_bytes());
+        return Some(out);
+    }
     let rel = i32::try_from(trampoline as i64 - (plan.at + JMP_LEN) as i64).ok()?;
     let mut out = vec![0xe9];
     out.extend_from_slice(&rel.to_le_bytes());

@@ -16,7 +16,13 @@
 //! - a function shorter than the jump, or one that returns or loops back
 //!   into its first bytes, is copied whole into its trampoline, the jump
 //!   covering its alignment padding up to the next 16-byte boundary and
-//!   never past the next symbol ([`FunctionSpec::limit`]).
+//!   never past the next symbol ([`FunctionSpec::limit`]);
+//! - a function other code enters a few bytes past its start (glibc's
+//!   `__mempcpy_*` jumps to `__memmove_*+3`; found by the module scan of
+//!   [`crate::inventory`], handed over as [`Around`]) takes a 2-byte
+//!   `jmp rel8` over the instructions before that entry, to a `jmp rel32`
+//!   in dead alignment padding within 128 bytes ([`Tactic::Hop`]); the
+//!   entry and every byte from it on stay as they are.
 //!
 //! [`decide`] is the one decision: the patcher applies it to the target's
 //! memory and `papirus-probe list --patchable` to the file's bytes, so both
@@ -37,6 +43,11 @@
 //!   stopped thread is inside, and writes every trampoline before any jump.
 //! - Nothing returns into bytes that changed under it: a call displaced from
 //!   a prologue returns to the original code after the jump, never into it.
+//! - A branch into a function lands on an instruction boundary as before:
+//!   no entry other code uses lies inside the bytes a jump overwrites, and a
+//!   hop's slot is padding no code runs or points at (it follows a `ret`,
+//!   `jmp` or `ud2`; no symbol, branch target, RIP-relative operand or
+//!   relocation lies in it), re-checked in memory before it is written.
 //! - After [`Patcher::remove_all`], every patched byte is the original one;
 //!   trampolines stay mapped, since live frames may still run through them.
 //!
@@ -132,9 +143,11 @@ pub struct FunctionSpec {
 pub struct Installed {
     /// Name.
     pub name: String,
-    /// Address of the jump.
+    /// Address of the first byte patched: the jump, or the slot of a
+    /// [`Tactic::Hop`] below it.
     pub at: u64,
-    /// Bytes the jump replaced.
+    /// Bytes the patch replaced (under a hop, from the slot to the entry's
+    /// jump, the bytes between them rewritten unchanged).
     pub original: Vec<u8>,
     /// The trampoline.
     pub trampoline: u64,
@@ -181,6 +194,84 @@ pub fn decide(name: &str, code: &[u8], size: u64, addr: u64, limit: u64) -> Resu
     Ok(plan)
 }
 
+/// What the module's code as a whole tells about one function, which its
+/// own bytes cannot: found by a scan of the module's file
+/// ([`crate::inventory`]), used by [`decide_around`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Around {
+    /// The first address past the function's entry that code outside the
+    /// function branches to, within its first bytes (0: none).
+    pub entry: u64,
+    /// Runs (start, end) of dead bytes near it: `nop`/`int3` alignment
+    /// padding after code that does not fall through, which no branch of the
+    /// module lands in.
+    pub dead: Vec<(u64, u64)>,
+}
+
+/// Bytes before a function that [`decide_around`] may need (a hop slot's padding run).
+pub const NEAR_BEFORE: u64 = 256;
+
+/// [`decide`], knowing [`Around`] the function: an entry other code uses
+/// inside the bytes the jump would overwrite (or a loop of the function's
+/// own that [`decide`] refuses) is either left alone by the plan or handled
+/// by [`Tactic::Hop`], else refused. `near` holds the bytes
+/// from `near_at` (at most [`NEAR_BEFORE`] below `addr`) on, the function's
+/// included. `papirus-probe list --patchable` and the patcher both decide
+/// here.
+pub fn decide_around(
+    name: &str,
+    near: &[u8],
+    near_at: u64,
+    size: u64,
+    addr: u64,
+    limit: u64,
+    around: &Around,
+) -> Result<EntryPlan, Refusal> {
+    let Some(code) = addr.checked_sub(near_at).and_then(|o| near.get(o as usize..)) else {
+        return Err(Refusal::Undecodable { offset: 0 });
+    };
+    let plan = decide(name, code, size, addr, limit);
+    // The first entry past `at`: another function's, or the function's own
+    // loop back into the bytes neither a prologue nor a whole move can take.
+    let own = match &plan {
+        Err(Refusal::BranchIntoPatch { to, .. }) => addr + to,
+        _ => 0,
+    };
+    let Some(e) = [around.entry, own].into_iter().filter(|&e| e != 0).min() else {
+        return plan;
+    };
+    let at = analyze::entry_point(code, size as usize, addr);
+    let inside = match &plan {
+        Ok(p) => e > p.at && e < p.resume(),
+        Err(Refusal::NotAnEntry | Refusal::PltStub) => false,
+        Err(_) => e > at && e < at + analyze::JMP_LEN,
+    };
+    if !inside {
+        return plan;
+    }
+    if limit > at && limit < e {
+        return Err(Refusal::SymbolInside { offset: limit - addr });
+    }
+    analyze::plan_hop(near, near_at, addr, size as usize, e, &around.dead)
+}
+
+/// [`Around`] each function the module scan found entered, by run-time
+/// address, with the function's first bytes as the file holds them (the
+/// patcher uses the knowledge only where memory holds those bytes).
+static AROUND: std::sync::Mutex<std::collections::BTreeMap<u64, (Vec<u8>, Around)>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Records what the module scan found around the function at run-time
+/// address `addr`, whose first bytes are `head`: the patcher then decides
+/// it by [`decide_around`].
+pub fn note_around(addr: u64, head: &[u8], around: Around) {
+    AROUND.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, (head.to_vec(), around));
+}
+
+fn noted_around(addr: u64) -> Option<(Vec<u8>, Around)> {
+    AROUND.lock().unwrap_or_else(|e| e.into_inner()).get(&addr).cloned()
+}
+
 /// Bytes read past a function's end: enough for its alignment padding.
 const TAIL: u64 = analyze::PADDING_MAX as u64;
 /// Functions closer than this share one read.
@@ -197,8 +288,11 @@ struct CodeCache {
 
 impl CodeCache {
     fn read<S: AddressSpace>(space: &mut S, funcs: &[FunctionSpec]) -> Result<CodeCache, PatchError> {
-        let mut spans: Vec<(u64, u64)> =
-            funcs.iter().map(|f| (f.addr, f.addr.saturating_add(f.size).saturating_add(TAIL))).collect();
+        let below = |f: &FunctionSpec| if noted_around(f.addr).is_some() { NEAR_BEFORE } else { 0 };
+        let mut spans: Vec<(u64, u64)> = funcs
+            .iter()
+            .map(|f| (f.addr.saturating_sub(below(f)), f.addr.saturating_add(f.size).saturating_add(TAIL)))
+            .collect();
         spans.sort_unstable();
         let mut merged: Vec<(u64, u64)> = Vec::new();
         for (a, b) in spans {
@@ -225,7 +319,13 @@ impl CodeCache {
                 if space.read(f.addr + f.size, &mut tail).is_ok() {
                     body.extend_from_slice(&tail);
                 }
-                cache.chunks.push((f.addr, body));
+                let mut start = f.addr;
+                let mut head = vec![0; below(f) as usize];
+                if !head.is_empty() && space.read(f.addr - below(f), &mut head).is_ok() {
+                    head.extend_from_slice(&body);
+                    (start, body) = (f.addr - below(f), head);
+                }
+                cache.chunks.push((start, body));
             }
         }
         cache.chunks.sort_by_key(|c| c.0);
@@ -335,7 +435,30 @@ impl<S: AddressSpace> Patcher<S> {
                 out.refused.push(refuse(Refusal::Undecodable { offset: 0 }));
                 continue;
             };
-            let plan = match decide(&f.name, bytes, f.size, f.addr, f.limit) {
+            let decided = match noted_around(f.addr) {
+                None => decide(&f.name, bytes, f.size, f.addr, f.limit),
+                // The file's code, not what memory holds here: the scan's knowledge does not apply.
+                Some((head, around)) if !bytes.starts_with(&head) => Err(Refusal::Entered {
+                    offset: around.entry.saturating_sub(f.addr),
+                    why: "the code in memory differs from the module file's",
+                }),
+                Some((_, around)) => {
+                    let near_at = f.addr.saturating_sub(NEAR_BEFORE);
+                    // As many bytes as `list --patchable` reads from the file, so both decide alike.
+                    let len = f.addr - near_at + f.size + TAIL;
+                    match code.get(near_at, f.addr - near_at + f.size) {
+                        Some(near) => {
+                            let near = &near[..near.len().min(len as usize)];
+                            decide_around(&f.name, near, near_at, f.size, f.addr, f.limit, &around)
+                        }
+                        None => {
+                            let own = &bytes[..bytes.len().min((f.size + TAIL) as usize)];
+                            decide_around(&f.name, own, f.addr, f.size, f.addr, f.limit, &around)
+                        }
+                    }
+                }
+            };
+            let plan = match decided {
                 Ok(p) => p,
                 Err(r) => {
                     out.refused.push(refuse(r));
@@ -347,7 +470,8 @@ impl<S: AddressSpace> Patcher<S> {
                 continue;
             }
             // Patches never overlap, so only the last one starting below our end can reach into us.
-            if taken.range(..plan.resume()).next_back().is_some_and(|(_, &end)| end > plan.at) {
+            let span = plan.patched();
+            if taken.range(..span.end).next_back().is_some_and(|(_, &end)| end > span.start) {
                 out.refused.push(refuse(Refusal::AlreadyPatched));
                 continue;
             }
@@ -380,11 +504,11 @@ impl<S: AddressSpace> Patcher<S> {
             buf.extend_from_slice(&bytes);
             buf.resize((tramp + len - *start) as usize, 0xcc);
             self.arenas[arena].commit(bytes.len() as u64);
-            taken.insert(plan.at, plan.resume());
-            jumps.push((plan.at, jump));
+            taken.insert(span.start, span.end);
+            jumps.push((span.start, jump));
             out.installed.push(Installed {
                 name: f.name.clone(),
-                at: plan.at,
+                at: span.start,
                 original: plan.original,
                 trampoline: tramp,
             });
@@ -476,5 +600,37 @@ mod tests {
         let code = [0x53, 0x89, 0xfb, 0x5b, 0xc3, 0x90];
         assert_eq!(decide("f", &code, 5, F, F + 2).unwrap_err(), Refusal::SymbolInside { offset: 2 });
         assert_eq!(decide("f.cold", &code, 5, F, 0).unwrap_err(), Refusal::NotAnEntry);
+    }
+
+    #[test]
+    fn decide_around_hops_only_over_entries_inside_the_jump() {
+        // ret; nopl 0(rax,rax) (dead), then at F: mov eax,edi; (+2) dec eax;
+        // jne +2 (own loop back to +2, 0x60 bytes on: too long to move whole); ret
+        let mut near = vec![0xc3, 0x0f, 0x1f, 0x44, 0, 0];
+        let near_at = F - near.len() as u64;
+        near.extend_from_slice(&[0x89, 0xf8, 0xff, 0xc8]);
+        near.resize(near.len() + 0x60, 0x90);
+        near.extend_from_slice(&[0x75, (0x100 - 0x64) as u8, 0xc3]);
+        let size = near.len() as u64 - 6;
+        let dead = Around { entry: 0, dead: vec![(F - 5, F)] };
+        let p = decide_around("f", &near, near_at, size, F, 0, &dead).unwrap();
+        assert_eq!((p.tactic, p.moved_len, p.hop, p.patched()), (Tactic::Hop, 2, Some(F - 5), F - 5..F + 2));
+        // Another function entering at +2 of a 4-byte body with no padding
+        // after it: the same hop, though a 5-byte jump has no room.
+        let short = &near[..12];
+        let entered = Around { entry: F + 2, ..dead.clone() };
+        assert_eq!(decide("f", &short[6..], 4, F, 0).unwrap_err(), Refusal::TooShort { len: 4 });
+        let p = decide_around("f", short, near_at, 4, F, 0, &entered).unwrap();
+        assert_eq!((p.tactic, p.resume(), p.hop), (Tactic::Hop, F + 2, Some(F - 5)));
+        // An entry past the displaced bytes leaves the plan alone.
+        let code = [0x53, 0x89, 0xfb, 0x5b, 0xc3, 0x90, 0x90];
+        let later = Around { entry: F + 6, dead: vec![] };
+        assert_eq!(decide_around("f", &code, F, 5, F, 0, &later).unwrap().tactic, Tactic::Prologue);
+        // Entered at +3 with nowhere to hop: refused with the reason.
+        let e = decide_around("f", &code, F, 5, F, 0, &Around { entry: F + 3, dead: vec![] }).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
+        // A symbol between the jump and the entry: refused.
+        let e = decide_around("f", &near, near_at, size, F, F + 1, &dead).unwrap_err();
+        assert_eq!(e, Refusal::SymbolInside { offset: 1 });
     }
 }
