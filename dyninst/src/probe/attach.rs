@@ -8,15 +8,15 @@
 //! once the session ended). The results segment is unmapped, and so are the
 //! trampoline arenas, once no thread will resume in one and no word of a
 //! thread's stack points into one ([`super::release`]); pages such a word
-//! points into stay for the process' lifetime, and the summary says how
-//! many bytes and why. Children the target forked during the window are
+//! points into stay, and the summary says how many bytes and why; they are
+//! recorded in the runtime so the next detach checks them again. Children the target forked during the window are
 //! held, restored the same way and released before the target itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::release::{Kept, release};
+use super::release::{Kept, release_recorded};
 use super::results::{Results, maps_segment, other_process_state, write};
 use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
 use crate::inventory::Inventory;
@@ -180,12 +180,12 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     });
     // End the session whatever the report's fate: nothing of it may stay active.
     let ended = p.call(hooks.teardown, &[]);
-    // Every patch is restored and every hijacked return put back: the arenas go.
-    let kept = release(&mut p, &arenas);
+    // Every patch is restored and every hijacked return put back: the
+    // arenas go, and what an earlier detach left where nothing returns now.
+    let kept = release_recorded(&mut p, &arenas);
     p.detach()?;
     ended?;
-    let kept = kept?;
-    let released = arenas.iter().map(|a| a.len).sum::<u64>() - kept.bytes();
+    let (kept, released) = kept?;
     write(&opts.output, &report?)?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
@@ -274,7 +274,7 @@ fn restore(
     restore_returns(c, results, record)?;
     super::results::settle(c)?;
     c.call(hooks.teardown, &[])?;
-    let kept = release(c, arenas)?;
+    let (kept, _) = release_recorded(c, arenas)?;
     if !kept.ranges.is_empty() {
         eprintln!(
             "papirus-probe: child {}: {} bytes of trampolines stay: {}",

@@ -18,6 +18,12 @@
 //! have frames on another stack (a `sigaltstack`) that this scan does not
 //! reach: the target runs a moment and the check is tried again, and when
 //! such a thread stays, every arena stays.
+//!
+//! What stays is written into a record in the runtime library (which stays
+//! loaded), so the next detach finds those pages, checks they are still
+//! the bytes papirus left there, and releases them too when nothing can
+//! return into them any more: stale words do not pile pages up across
+//! attaches.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -26,6 +32,7 @@ use super::ProbeError;
 use crate::patch::Arena;
 use crate::patch::arena::TRAMPOLINE_MAX;
 use crate::process::Process;
+use papirus_probe_abi::KEPT_RANGES;
 
 const PAGE: u64 = 4096;
 /// Rounds of letting the target run while a thread is inside a signal handler.
@@ -51,10 +58,89 @@ impl Kept {
     }
 }
 
+/// Unmaps the arenas of a stopped process as [`release`] does, together
+/// with the pages an earlier detach left mapped (found in the runtime's
+/// record and checked to be the same bytes in the same anonymous
+/// executable mapping), and records what stays for the next detach.
+/// Returns what stays and the bytes unmapped.
+pub(super) fn release_recorded(p: &mut Process, arenas: &[Arena]) -> Result<(Kept, u64), ProbeError> {
+    let module = super::RUNTIME_FILE.trim_end_matches(".so");
+    // A runtime without the record (an older build still loaded) keeps nothing across attaches.
+    let record = match p.module_function(module, "papirus_probe_kept") {
+        Ok(f) => Some(p.call(f, &[])?).filter(|&a| a != 0),
+        Err(_) => None,
+    };
+    let mut all = arenas.to_vec();
+    if let Some(at) = record {
+        all.extend(recorded(p, at)?);
+    }
+    let mut kept = release(p, &all)?;
+    if let Some(at) = record {
+        let mut words = vec![0u64; 3 * KEPT_RANGES];
+        for (i, &(start, end)) in kept.ranges.iter().take(KEPT_RANGES).enumerate() {
+            words[3 * i..3 * i + 3].copy_from_slice(&[
+                start,
+                end,
+                fnv(&p.read_vec(start, (end - start) as usize)?),
+            ]);
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        p.write_memory(at, &bytes)?;
+    }
+    if kept.ranges.is_empty() {
+    } else if record.is_none() || kept.ranges.len() > KEPT_RANGES {
+        kept.reason.push_str(" (not all recorded for the next attach to check again)");
+    } else {
+        kept.reason.push_str(" (the next attach checks them again)");
+    }
+    let released = all.iter().map(|a| a.len).sum::<u64>() - kept.bytes();
+    Ok((kept, released))
+}
+
+/// The ranges of the runtime's record at `at` that are still what the
+/// record says: wholly inside one anonymous executable, non-writable
+/// mapping, with the recorded bytes.
+fn recorded(p: &Process, at: u64) -> Result<Vec<Arena>, ProbeError> {
+    let words: Vec<u64> = p
+        .read_vec(at, 3 * KEPT_RANGES * 8)?
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
+        .collect();
+    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+        op: "read",
+        path: format!("/proc/{}/maps", p.pid()).into(),
+        source,
+    })?;
+    let mut out = Vec::new();
+    for r in words.chunks_exact(3) {
+        let (start, end, hash) = (r[0], r[1], r[2]);
+        if start == 0 || end <= start || start % PAGE != 0 || end % PAGE != 0 || end - start > 1 << 30 {
+            continue;
+        }
+        let ours = maps.iter().any(|m| {
+            m.start <= start
+                && end <= m.end
+                && m.perms.exec
+                && !m.perms.write
+                && m.inode == 0
+                && m.name.is_empty()
+        });
+        if ours && p.read_vec(start, (end - start) as usize).is_ok_and(|b| fnv(&b) == hash) {
+            out.push(Arena { base: start, len: end - start, used: 0 });
+        }
+    }
+    Ok(out)
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// Unmaps the arenas of a stopped process whose patches are all restored
 /// and whose hijacked returns are all put back, keeping the pages a thread
 /// may still return into (see the module documentation).
-pub(super) fn release(p: &mut Process, arenas: &[Arena]) -> Result<Kept, ProbeError> {
+fn release(p: &mut Process, arenas: &[Arena]) -> Result<Kept, ProbeError> {
     if arenas.is_empty() {
         return Ok(Kept::default());
     }
@@ -69,7 +155,7 @@ pub(super) fn release(p: &mut Process, arenas: &[Arena]) -> Result<Kept, ProbeEr
             Err(doubt) => {
                 return Ok(Kept {
                     ranges: arenas.iter().map(|a| (a.base, a.base + a.len)).collect(),
-                    reason: format!("{doubt}; the trampoline pages stay for the process' lifetime"),
+                    reason: format!("{doubt}; the trampoline pages stay"),
                 });
             }
         }
@@ -93,9 +179,9 @@ pub(super) fn release(p: &mut Process, arenas: &[Arena]) -> Result<Kept, ProbeEr
         }
     }
     if !kept.ranges.is_empty() {
-        kept.reason = "a thread's resume PC or a word of its stack points into them (a frame may still \
-                       return there); they stay for the process' lifetime"
-            .into();
+        kept.reason =
+            "a thread's resume PC or a word of its stack points into them (a frame may still return there)"
+                .into();
     }
     Ok(kept)
 }
