@@ -285,6 +285,44 @@ fn nothing_stays_after_detach() {
     assert_eq!(before, after);
 }
 
+/// A stack word that points into a trampoline keeps its page mapped at
+/// detach, as the summary says; the next detach, once the word is gone,
+/// unmaps it and nothing of the trampolines stays.
+#[test]
+fn a_page_a_stack_word_points_into_stays_until_the_word_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(target()).arg("hold").stdout(Stdio::piped()).spawn().unwrap();
+    let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
+    let t = Looper(c);
+    assert!(lines.next().unwrap().unwrap().starts_with("ready"));
+    let before = papirus_lines(&t.maps());
+    let new_lines =
+        || -> Vec<String> { papirus_lines(&t.maps()).into_iter().filter(|l| !before.contains(l)).collect() };
+    let o = attach(t.pid(), &dir.path().join("first.json"), "0.5");
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    let held = lines.next().unwrap().unwrap();
+    let held = u64::from_str_radix(held.strip_prefix("held ").unwrap(), 16).unwrap();
+    let left: Vec<String> = new_lines().into_iter().filter(|l| !l.contains("papirus")).collect();
+    assert!(stay_kb(&err) > 0, "{err}");
+    assert_eq!(anon_exec_kb(&left), stay_kb(&err), "{left:#?}\n{err}");
+    let covers = |l: &String| {
+        let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
+        (u64::from_str_radix(a, 16).unwrap()..u64::from_str_radix(b, 16).unwrap()).contains(&held)
+    };
+    assert!(left.iter().any(covers), "{held:#x} not kept: {left:#?}");
+    // The word goes; the next detach unmaps the page as well as its own arenas.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(t.pid()), nix::sys::signal::Signal::SIGUSR1).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), "cleared");
+    let o = attach(t.pid(), &dir.path().join("second.json"), "0.5");
+    let err = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(o.status.success(), "{err}");
+    assert_eq!(stay_kb(&err), 0, "{err}");
+    let left: Vec<String> = new_lines().into_iter().filter(|l| !l.contains("papirus")).collect();
+    assert!(left.is_empty(), "{left:#?}\n{err}");
+    assert!(calls(&read(&dir.path().join("second.json")), "leaf") > 0, "the target runs on");
+}
+
 #[test]
 fn a_second_attach_is_refused_naming_the_first() {
     let dir = tempfile::tempdir().unwrap();
