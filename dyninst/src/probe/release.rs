@@ -87,11 +87,12 @@ pub(super) fn release_recorded(p: &mut Process, arenas: &[Arena]) -> Result<(Kep
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
         p.write_memory(at, &bytes)?;
     }
-    if kept.ranges.is_empty() {
-    } else if record.is_none() || kept.ranges.len() > KEPT_RANGES {
-        kept.reason.push_str(" (not all recorded for the next attach to check again)");
-    } else {
-        kept.reason.push_str(" (the next attach checks them again)");
+    if !kept.ranges.is_empty() {
+        kept.reason.push_str(if record.is_none() || kept.ranges.len() > KEPT_RANGES {
+            " (not all recorded for the next attach to check again: those stay for the process' lifetime)"
+        } else {
+            " (the next attach checks them again)"
+        });
     }
     let released = all.iter().map(|a| a.len).sum::<u64>() - kept.bytes();
     Ok((kept, released))
