@@ -17,7 +17,8 @@
 //! the rest of every arena is unmapped. A thread inside a signal handler may
 //! have frames on another stack (a `sigaltstack`) that this scan does not
 //! reach: the target runs a moment and the check is tried again, and when
-//! such a thread stays, every arena stays.
+//! such a thread stays, every arena stays. So do they while a thread waits
+//! in `vfork`: its child runs in the same memory, outside papirus' hold.
 //!
 //! What stays is written into a record in the runtime library (which stays
 //! loaded), so the next detach finds those pages, checks they are still
@@ -133,6 +134,20 @@ fn recorded(p: &Process, at: u64) -> Result<Vec<Arena>, ProbeError> {
     Ok(out)
 }
 
+/// Whether the thread with registers `r` is in a `vfork` (or a `clone`
+/// with `CLONE_VFORK`, as `posix_spawn` makes): the child shares the
+/// address space and runs until it calls execve or exits.
+fn in_vfork(p: &Process, r: &crate::process::Regs) -> bool {
+    let vfork = libc::CLONE_VFORK as u64;
+    match r.orig_rax as i64 {
+        libc::SYS_vfork => true,
+        libc::SYS_clone => r.rdi & vfork != 0,
+        // clone3: the flags open its `struct clone_args`.
+        libc::SYS_clone3 => p.read_u64(r.rdi).map_or(true, |flags| flags & vfork != 0),
+        _ => false,
+    }
+}
+
 /// FNV-1a, 64 bits.
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
@@ -216,6 +231,11 @@ fn live_pages(p: &Process, arenas: &[Arena]) -> Result<Result<BTreeSet<u64>, Dou
         let r = p.regs(tid)?;
         let pcs = p.resume_pcs(tid)?;
         let restarts = (r.orig_rax as i64) >= 0 && RESTART_CODES.contains(&(r.rax as i64));
+        if in_vfork(p, &r) {
+            return Ok(Err(
+                "a thread waits in vfork: its child runs in the same memory, on frames not scanned",
+            ));
+        }
         if pcs.len() > 1 + usize::from(restarts) {
             return Ok(Err(
                 "a thread stayed inside a signal handler, whose interrupted frames may be on a stack \
