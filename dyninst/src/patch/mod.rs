@@ -171,6 +171,9 @@ pub struct Outcome {
     pub installed: Vec<Installed>,
     /// Functions refused.
     pub refused: Vec<Refused>,
+    /// Arenas this call mapped (as they stand after it): whoever unmaps the
+    /// trampolines later needs every one, those left empty included.
+    pub arenas: Vec<Arena>,
     /// How long the target was held stopped for this batch (for
     /// [`Patcher::instrument`] alone: the time it took).
     pub window: std::time::Duration,
@@ -422,6 +425,7 @@ impl<S: AddressSpace> Patcher<S> {
     pub fn instrument(&mut self, funcs: &[FunctionSpec]) -> Result<Outcome, PatchError> {
         let started = std::time::Instant::now();
         let mut out = Outcome::default();
+        let known = self.arenas.len();
         let code = CodeCache::read(&mut self.space, funcs)?;
         // Bytes patched already (start -> end), this batch's included.
         let mut taken: std::collections::BTreeMap<u64, u64> =
@@ -531,6 +535,7 @@ impl<S: AddressSpace> Patcher<S> {
             }
         }
         self.installed.extend(out.installed.iter().cloned());
+        out.arenas = self.arenas[known..].to_vec();
         out.window = started.elapsed();
         Ok(out)
     }

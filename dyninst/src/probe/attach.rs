@@ -5,21 +5,22 @@
 //!
 //! What stays in the target after detach: the runtime library (inert: no
 //! hooks reachable, no constructor, no atexit handler, no thread-exit work
-//! once the session ended) and the trampoline pages the patcher leaves,
-//! which no restored code jumps to (a thread that was inside one when the
-//! code was restored leaves it at its next instruction; the pages stay for
-//! the process' lifetime). The results segment is unmapped. Children the
-//! target forked during the window are held, restored the same way and
-//! released before the target itself.
+//! once the session ended). The results segment is unmapped, and so are the
+//! trampoline arenas, once no thread will resume in one and no word of a
+//! thread's stack points into one ([`super::release`]); pages such a word
+//! points into stay, and the summary says how many bytes and why; they are
+//! recorded in the runtime so the next detach checks them again. Children the target forked during the window are
+//! held, restored the same way and released before the target itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use super::release::{Kept, release_recorded};
 use super::results::{Results, maps_segment, other_process_state, write};
 use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
 use crate::inventory::Inventory;
-use crate::patch::Refused;
+use crate::patch::{Arena, Refused};
 use crate::process::Process;
 use papirus_probe_abi::Probe;
 use papirus_probe_abi::layout::hdr;
@@ -64,6 +65,10 @@ pub struct AttachSummary {
     pub report_time: Duration,
     /// How long the target's threads were stopped to instrument it.
     pub stop_window: Duration,
+    /// Bytes of trampoline arenas unmapped at detach.
+    pub released: u64,
+    /// Trampoline pages left mapped at detach, and why.
+    pub kept: Kept,
 }
 
 /// Instruments process `pid` until the duration ends or `stop` is set, then
@@ -100,8 +105,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         };
     }
     let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
-    let (installed, refused) = match patch_stopped(&mut p, &specs) {
-        Ok(o) => (o.installed, o.refused),
+    let (installed, refused, arenas) = match patch_stopped(&mut p, &specs) {
+        Ok(o) => (o.installed, o.refused, o.arenas),
         Err(e) => {
             let _ = p.call(hooks.teardown, &[]);
             return Err(e);
@@ -143,6 +148,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
                 children: Vec::new(),
                 report_time,
                 stop_window,
+                released: 0,
+                kept: Kept::default(),
             });
         }
     };
@@ -157,7 +164,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut restored = Vec::new();
     let mut failures = Vec::new();
     for (record, child, mut c) in kids {
-        match restore(&mut c, installed.clone(), &results, record, &hooks) {
+        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks) {
             Ok(()) => restored.push(child),
             // A child that exits meanwhile takes its patched code with it.
             Err(_) if gone(child as i32) => {}
@@ -175,8 +182,12 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     });
     // End the session whatever the report's fate: nothing of it may stay active.
     let ended = p.call(hooks.teardown, &[]);
+    // Every patch is restored and every hijacked return put back: the
+    // arenas go, and what an earlier detach left where nothing returns now.
+    let kept = release_recorded(&mut p, &arenas);
     p.detach()?;
     ended?;
+    let (kept, released) = kept?;
     write(&opts.output, &report?)?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
@@ -185,7 +196,15 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             reason: format!("forked children not restored: {}", failures.join("; ")),
         });
     }
-    Ok(AttachSummary { installed: count, refused, children: restored, report_time, stop_window })
+    Ok(AttachSummary {
+        installed: count,
+        refused,
+        children: restored,
+        report_time,
+        stop_window,
+        released,
+        kept,
+    })
 }
 
 /// Writes the report of a target whose measurement ended on its own side
@@ -241,10 +260,12 @@ fn children(results: &Results, pid: i32) -> Vec<(u32, u32)> {
 }
 
 /// Restores a child forked during the window: its code, its hijacked
-/// returns, and its session ended; then lets it go.
+/// returns, its session ended and its copy of the arenas unmapped (pages a
+/// frame may return into excepted); then lets it go.
 fn restore(
     c: &mut Process,
     installed: Vec<crate::patch::Installed>,
+    arenas: &[Arena],
     results: &Results,
     record: u32,
     hooks: &TargetHooks,
@@ -255,6 +276,15 @@ fn restore(
     restore_returns(c, results, record)?;
     super::results::settle(c)?;
     c.call(hooks.teardown, &[])?;
+    let (kept, _) = release_recorded(c, arenas)?;
+    if !kept.ranges.is_empty() {
+        eprintln!(
+            "papirus-probe: child {}: {} bytes of trampolines stay: {}",
+            c.pid(),
+            kept.bytes(),
+            kept.reason
+        );
+    }
     Ok(())
 }
 

@@ -68,6 +68,7 @@ pub(super) fn patch_stopped(p: &mut Process, specs: &[FunctionSpec]) -> Result<O
         let outcome = patcher.instrument(&todo)?;
         patcher.keep();
         out.installed.extend(outcome.installed);
+        out.arenas.extend(outcome.arenas);
         out.window += outcome.window;
         let (busy, other): (Vec<Refused>, Vec<Refused>) =
             outcome.refused.into_iter().partition(|r| r.reason == Refusal::ThreadInside);

@@ -37,6 +37,12 @@ __attribute__((noinline)) pid_t spawn_child(void) {
     return k;
 }
 
+static volatile sig_atomic_t release_held;
+static void on_usr1(int sig) {
+    (void)sig;
+    release_held = 1;
+}
+
 static long rss_kb(void) {
     char line[256];
     long kb = -1;
@@ -130,6 +136,30 @@ int main(int argc, char **argv) {
             for (int j = 0; j < 8; j++) pthread_create(&t[j], NULL, j % 2 ? exiter : worker, NULL);
             for (int j = 0; j < 8; j++) pthread_join(t[j], NULL);
             usleep(20000);
+        }
+    }
+    if (!strcmp(mode, "hold")) {
+        /* Keeps the address of leaf's trampoline (read from the jump at its
+         * entry while it is patched) in a stack word until SIGUSR1. */
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        signal(SIGUSR1, on_usr1);
+        volatile unsigned long held = 0;
+        int once = 0;
+        for (;;) {
+            calls(100);
+            const unsigned char *at = (const unsigned char *)leaf;
+            if (!once && at[0] == 0xe9) {
+                int rel;
+                memcpy(&rel, at + 1, 4);
+                held = (unsigned long)at + 5 + rel;
+                once = 1;
+                printf("held %lx\n", held);
+            }
+            if (release_held && held) {
+                held = 0;
+                printf("cleared\n");
+            }
+            usleep(1000);
         }
     }
     if (!strcmp(mode, "loop")) {

@@ -424,6 +424,12 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     for c in &s.children {
         view.notes.push(("restored child".into(), format!("pid {c}, forked during the measurement")));
     }
+    let kb = |b: u64| b.div_ceil(1024);
+    let tramps = match s.kept.bytes() {
+        0 => format!("{} kB unmapped", kb(s.released)),
+        k => format!("{} kB unmapped, {} kB stay: {}", kb(s.released), kb(k), s.kept.reason),
+    };
+    view.notes.push(("trampolines".into(), tramps));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
     show(&file, costs, &args.probe, view, args.full)?;
     Ok(0)
