@@ -226,17 +226,51 @@ fn text_differs(pid: i32, exe: &Path) -> Option<u64> {
     None
 }
 
+/// Each thread's id, state and where it is (`/proc/PID/task/TID/stat` and `syscall`).
+fn task_states(pid: i32) -> String {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return "none".into() };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let tid = e.file_name().to_string_lossy().to_string();
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]).to_string();
+        let sys = std::fs::read_to_string(e.path().join("syscall")).unwrap_or_default();
+        out.push(format!("{tid} {state} [{}]", sys.trim()));
+    }
+    out.join(", ")
+}
+
+fn gone_now(pid: i32) -> bool {
+    status_field(pid, "State").is_none_or(|s| s.starts_with('Z'))
+}
+
 fn status_field(pid: i32, name: &str) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
 }
 
-/// Alive, not a zombie, and (within a second) no longer traced.
-fn assert_alive_untraced(pid: i32, what: &str) {
+/// Alive, not a zombie, and (within a second) no longer traced. When it has
+/// ended, says how (exit status or signal) and what it printed last.
+fn assert_alive_untraced(s: &mut Stress, what: &str) {
+    let pid = s.pid();
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let state = status_field(pid, "State").unwrap_or_default();
-        assert!(!state.is_empty() && !state.starts_with('Z'), "{what}: target gone ({state:?})");
+        if state.is_empty() || state.starts_with('Z') {
+            // A zombie leader may be alone (its process ended) or outlived by its threads.
+            std::thread::sleep(Duration::from_millis(200));
+            let tasks = task_states(pid);
+            let status = match s.child.try_wait() {
+                Ok(Some(st)) => {
+                    let mut rest = String::new();
+                    let _ = s.out.read_to_string(&mut rest);
+                    format!("process ended: {st}; its last output:\n{rest}")
+                }
+                Ok(None) => "process still running".to_string(),
+                Err(e) => e.to_string(),
+            };
+            panic!("{what}: target gone ({state:?}); threads {tasks}; {status}");
+        }
         if status_field(pid, "TracerPid").as_deref() == Some("0") {
             return;
         }
@@ -291,7 +325,7 @@ fn killing_the_tool_never_harms_the_target() {
     println!("kill moments seed {seed:#x}");
     let mut rng = Rng(seed);
     let t0 = Instant::now();
-    let s = Stress::start(&exe, &modes);
+    let mut s = Stress::start(&exe, &modes);
     let pid = s.pid();
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         for duration in [Some("0.2"), None] {
@@ -303,7 +337,10 @@ fn killing_the_tool_never_harms_the_target() {
                 let _ = kill(Pid::from_raw(tool.id() as i32), sig);
                 let (st, err) = wait_tool(tool, &what);
                 assert!(!err.contains("panicked"), "{what}: {err}");
-                assert_alive_untraced(pid, &what);
+                if gone_now(pid) {
+                    eprintln!("{what}: tool ended {st}: {err}");
+                }
+                assert_alive_untraced(&mut s, &what);
                 assert_eq!(
                     text_differs(pid, &exe),
                     None,
@@ -317,13 +354,13 @@ fn killing_the_tool_never_harms_the_target() {
     // SIGKILL: a fresh target each time, since a killed tool may leave its patches.
     for round in 0..n {
         let what = format!("SIGKILL round {round}");
-        let s = Stress::start(&exe, &modes);
+        let mut s = Stress::start(&exe, &modes);
         let pid = s.pid();
         let tool = attach_cmd(pid, &report, None).spawn().unwrap();
         std::thread::sleep(Duration::from_micros(rng.below(600_000)));
         let _ = kill(Pid::from_raw(tool.id() as i32), Signal::SIGKILL);
         wait_tool(tool, &what);
-        assert_alive_untraced(pid, &what);
+        assert_alive_untraced(&mut s, &what);
         // Let it run on whatever the tool left, then check its values.
         std::thread::sleep(Duration::from_millis(100));
         let (verdict, status) = s.finish();
