@@ -368,3 +368,86 @@ fn killing_the_tool_never_harms_the_target() {
     }
     println!("{n} kills per signal and kind: {:.1} s", t0.elapsed().as_secs_f64());
 }
+
+/// A thread's first instrumented call registers it, and registering calls
+/// into libc (`__cxa_thread_atexit_impl`, which waits for the loader's lock)
+/// before the hook uses its new slot. Here that lock is held by a library
+/// constructor that sleeps while the thread registers, so the thread sits in
+/// libc, with the runtime's frames below it, when papirus detaches: the
+/// session must not end (its segment unmapped) until the thread has left the
+/// runtime, or the thread faults on its slot once the lock is free.
+#[test]
+fn detach_waits_for_a_thread_registering_inside_libc() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib_src = dir.path().join("slow.c");
+    std::fs::write(&lib_src, "#include <time.h>\n__attribute__((constructor)) static void slow(void) {\n    struct timespec d = {0, 400 * 1000 * 1000};\n    while (nanosleep(&d, &d)) {}\n}\n").unwrap();
+    let lib = dir.path().join("libslow.so");
+    let st = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&lib_src).status().unwrap();
+    assert!(st.success());
+    let src = dir.path().join("late.c");
+    std::fs::write(
+        &src,
+        r#"#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+__attribute__((noinline)) long first_call(long x) { return x * 3 + 1; }
+static void *loader(void *lib) { return dlopen(lib, RTLD_NOW); }
+static void *late(void *a) { return (void *)first_call((long)a); }
+int main(int argc, char **argv) {
+    char line[16];
+    printf("ready\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 2;
+    pthread_t a, b;
+    pthread_create(&a, 0, loader, argv[1]);
+    struct timespec d = {0, 30 * 1000 * 1000};
+    nanosleep(&d, 0);
+    /* Registers on its first call while the constructor holds the loader's lock. */
+    pthread_create(&b, 0, late, (void *)13);
+    void *r, *h;
+    pthread_join(b, &r);
+    pthread_join(a, &h);
+    printf("%s %ld\n", h ? "loaded" : "not loaded", (long)r);
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {}
+    return (long)r == 40 ? 0 : 1;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("late");
+    let st =
+        Command::new("gcc").args(["-O1", "-pthread", "-o"]).arg(&exe).arg(&src).arg("-ldl").status().unwrap();
+    assert!(st.success());
+    let report = dir.path().join("report.json");
+    for round in 0..3 {
+        let mut child =
+            Command::new(&exe).arg(&lib).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let pid = child.id() as i32;
+        let mut tool = attach_cmd(pid, &report, Some("0.1"));
+        tool.args(["-f", "first_call"]);
+        let mut tool = tool.spawn().unwrap();
+        // Patched once the tool prints what it instrumented; then start the threads.
+        let mut err = BufReader::new(tool.stderr.take().unwrap());
+        let mut said = String::new();
+        while err.read_line(&mut said).unwrap() > 0 && !said.contains("instrumented") {}
+        std::io::Write::write_all(&mut stdin, b"go\n").unwrap();
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        let st = tool.wait().unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        drop(stdin);
+        let status = child.wait().unwrap();
+        assert!(
+            status.success() && line.trim() == "loaded 40",
+            "round {round}: target ended with {status} ({line:?}); tool ended {st}:\n{said}{rest}"
+        );
+    }
+}

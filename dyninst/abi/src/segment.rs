@@ -127,6 +127,15 @@ impl<'a> Segment<'a> {
         self.at(i as u64)
     }
 
+    /// Threads of process record `record` inside the runtime's cold paths
+    /// ([`proc::COLD`]); 0 for a record past the end.
+    pub fn cold(&self, record: u32) -> u64 {
+        if u64::from(record) >= self.g.procs {
+            return 0;
+        }
+        self.at(self.g.proc_at(u64::from(record)) + proc::COLD as u64)
+    }
+
     /// Copies `len` words from `start` consistently with the sequence word at
     /// `start` when it can; `(words, torn)`.
     fn copy(&self, start: u64, len: u64) -> (Vec<u64>, bool) {
