@@ -370,6 +370,10 @@ mod tests {
         let t = &procs[0].threads[0];
         assert_eq!((t.tid, t.pid, t.functions[0].calls), (43, 42, 5));
         assert_eq!(t.callees[0], EdgeReport { caller: 0, callee: 2, calls: 9, incl_ticks: 0 });
+        // Threads in the runtime's cold paths, per record; none past the last record.
+        assert!((proc::COLD as u64) < layout::PROC_HEADER_WORDS);
+        set(p + proc::COLD as u64, 2);
+        assert_eq!((seg.cold(0), seg.cold(1), seg.cold(2), seg.cold(u32::MAX)), (2, 0, 0, 0));
     }
 
     #[test]
