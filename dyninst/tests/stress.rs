@@ -226,17 +226,51 @@ fn text_differs(pid: i32, exe: &Path) -> Option<u64> {
     None
 }
 
+/// Each thread's id, state and where it is (`/proc/PID/task/TID/stat` and `syscall`).
+fn task_states(pid: i32) -> String {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return "none".into() };
+    let mut out = Vec::new();
+    for e in dir.flatten() {
+        let tid = e.file_name().to_string_lossy().to_string();
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        let state = stat.rsplit_once(") ").map_or("?", |(_, r)| &r[..1]).to_string();
+        let sys = std::fs::read_to_string(e.path().join("syscall")).unwrap_or_default();
+        out.push(format!("{tid} {state} [{}]", sys.trim()));
+    }
+    out.join(", ")
+}
+
+fn gone_now(pid: i32) -> bool {
+    status_field(pid, "State").is_none_or(|s| s.starts_with('Z'))
+}
+
 fn status_field(pid: i32, name: &str) -> Option<String> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     s.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
 }
 
-/// Alive, not a zombie, and (within a second) no longer traced.
-fn assert_alive_untraced(pid: i32, what: &str) {
+/// Alive, not a zombie, and (within a second) no longer traced. When it has
+/// ended, says how (exit status or signal) and what it printed last.
+fn assert_alive_untraced(s: &mut Stress, what: &str) {
+    let pid = s.pid();
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
         let state = status_field(pid, "State").unwrap_or_default();
-        assert!(!state.is_empty() && !state.starts_with('Z'), "{what}: target gone ({state:?})");
+        if state.is_empty() || state.starts_with('Z') {
+            // A zombie leader may be alone (its process ended) or outlived by its threads.
+            std::thread::sleep(Duration::from_millis(200));
+            let tasks = task_states(pid);
+            let status = match s.child.try_wait() {
+                Ok(Some(st)) => {
+                    let mut rest = String::new();
+                    let _ = s.out.read_to_string(&mut rest);
+                    format!("process ended: {st}; its last output:\n{rest}")
+                }
+                Ok(None) => "process still running".to_string(),
+                Err(e) => e.to_string(),
+            };
+            panic!("{what}: target gone ({state:?}); threads {tasks}; {status}");
+        }
         if status_field(pid, "TracerPid").as_deref() == Some("0") {
             return;
         }
@@ -291,7 +325,7 @@ fn killing_the_tool_never_harms_the_target() {
     println!("kill moments seed {seed:#x}");
     let mut rng = Rng(seed);
     let t0 = Instant::now();
-    let s = Stress::start(&exe, &modes);
+    let mut s = Stress::start(&exe, &modes);
     let pid = s.pid();
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         for duration in [Some("0.2"), None] {
@@ -303,7 +337,10 @@ fn killing_the_tool_never_harms_the_target() {
                 let _ = kill(Pid::from_raw(tool.id() as i32), sig);
                 let (st, err) = wait_tool(tool, &what);
                 assert!(!err.contains("panicked"), "{what}: {err}");
-                assert_alive_untraced(pid, &what);
+                if gone_now(pid) {
+                    eprintln!("{what}: tool ended {st}: {err}");
+                }
+                assert_alive_untraced(&mut s, &what);
                 assert_eq!(
                     text_differs(pid, &exe),
                     None,
@@ -317,17 +354,100 @@ fn killing_the_tool_never_harms_the_target() {
     // SIGKILL: a fresh target each time, since a killed tool may leave its patches.
     for round in 0..n {
         let what = format!("SIGKILL round {round}");
-        let s = Stress::start(&exe, &modes);
+        let mut s = Stress::start(&exe, &modes);
         let pid = s.pid();
         let tool = attach_cmd(pid, &report, None).spawn().unwrap();
         std::thread::sleep(Duration::from_micros(rng.below(600_000)));
         let _ = kill(Pid::from_raw(tool.id() as i32), Signal::SIGKILL);
         wait_tool(tool, &what);
-        assert_alive_untraced(pid, &what);
+        assert_alive_untraced(&mut s, &what);
         // Let it run on whatever the tool left, then check its values.
         std::thread::sleep(Duration::from_millis(100));
         let (verdict, status) = s.finish();
         assert_all_ok(&modes, &verdict, status, &what);
     }
     println!("{n} kills per signal and kind: {:.1} s", t0.elapsed().as_secs_f64());
+}
+
+/// A thread's first instrumented call registers it, and registering calls
+/// into libc (`__cxa_thread_atexit_impl`, which waits for the loader's lock)
+/// before the hook uses its new slot. Here that lock is held by a library
+/// constructor that sleeps while the thread registers, so the thread sits in
+/// libc, with the runtime's frames below it, when papirus detaches: the
+/// session must not end (its segment unmapped) until the thread has left the
+/// runtime, or the thread faults on its slot once the lock is free.
+#[test]
+fn detach_waits_for_a_thread_registering_inside_libc() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib_src = dir.path().join("slow.c");
+    std::fs::write(&lib_src, "#include <time.h>\n__attribute__((constructor)) static void slow(void) {\n    struct timespec d = {0, 400 * 1000 * 1000};\n    while (nanosleep(&d, &d)) {}\n}\n").unwrap();
+    let lib = dir.path().join("libslow.so");
+    let st = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&lib_src).status().unwrap();
+    assert!(st.success());
+    let src = dir.path().join("late.c");
+    std::fs::write(
+        &src,
+        r#"#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+__attribute__((noinline)) long first_call(long x) { return x * 3 + 1; }
+static void *loader(void *lib) { return dlopen(lib, RTLD_NOW); }
+static void *late(void *a) { return (void *)first_call((long)a); }
+int main(int argc, char **argv) {
+    char line[16];
+    printf("ready\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof line, stdin)) return 2;
+    pthread_t a, b;
+    pthread_create(&a, 0, loader, argv[1]);
+    struct timespec d = {0, 30 * 1000 * 1000};
+    nanosleep(&d, 0);
+    /* Registers on its first call while the constructor holds the loader's lock. */
+    pthread_create(&b, 0, late, (void *)13);
+    void *r, *h;
+    pthread_join(b, &r);
+    pthread_join(a, &h);
+    printf("%s %ld\n", h ? "loaded" : "not loaded", (long)r);
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin)) {}
+    return (long)r == 40 ? 0 : 1;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.path().join("late");
+    let st =
+        Command::new("gcc").args(["-O1", "-pthread", "-o"]).arg(&exe).arg(&src).arg("-ldl").status().unwrap();
+    assert!(st.success());
+    let report = dir.path().join("report.json");
+    for round in 0..3 {
+        let mut child =
+            Command::new(&exe).arg(&lib).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let pid = child.id() as i32;
+        let mut tool = attach_cmd(pid, &report, Some("0.1"));
+        tool.args(["-f", "first_call"]);
+        let mut tool = tool.spawn().unwrap();
+        // Patched once the tool prints what it instrumented; then start the threads.
+        let mut err = BufReader::new(tool.stderr.take().unwrap());
+        let mut said = String::new();
+        while err.read_line(&mut said).unwrap() > 0 && !said.contains("instrumented") {}
+        std::io::Write::write_all(&mut stdin, b"go\n").unwrap();
+        let mut rest = String::new();
+        err.read_to_string(&mut rest).unwrap();
+        let st = tool.wait().unwrap();
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        drop(stdin);
+        let status = child.wait().unwrap();
+        assert!(
+            status.success() && line.trim() == "loaded 40",
+            "round {round}: target ended with {status} ({line:?}); tool ended {st}:\n{said}{rest}"
+        );
+    }
 }

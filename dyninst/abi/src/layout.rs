@@ -158,6 +158,12 @@ pub mod proc {
     pub const UNTIMED: usize = 8;
     /// Exited threads' dropped pairs, plus pairs that found no place in the totals.
     pub const EDGE_OVERFLOW: usize = 9;
+    /// Threads of this process inside a cold path of the runtime that calls
+    /// out of it (thread registration, thread exit, the fork handler) and
+    /// touches the segment again after the call: such a thread's PC may lie
+    /// in libc while its return address leads back into the runtime. The
+    /// tool ends the session only while it is 0 and no PC is in the runtime.
+    pub const COLD: usize = 10;
 }
 
 /// Words of a process record header.

@@ -127,6 +127,15 @@ impl<'a> Segment<'a> {
         self.at(i as u64)
     }
 
+    /// Threads of process record `record` inside the runtime's cold paths
+    /// ([`proc::COLD`]); 0 for a record past the end.
+    pub fn cold(&self, record: u32) -> u64 {
+        if u64::from(record) >= self.g.procs {
+            return 0;
+        }
+        self.at(self.g.proc_at(u64::from(record)) + proc::COLD as u64)
+    }
+
     /// Copies `len` words from `start` consistently with the sequence word at
     /// `start` when it can; `(words, torn)`.
     fn copy(&self, start: u64, len: u64) -> (Vec<u64>, bool) {
@@ -361,6 +370,10 @@ mod tests {
         let t = &procs[0].threads[0];
         assert_eq!((t.tid, t.pid, t.functions[0].calls), (43, 42, 5));
         assert_eq!(t.callees[0], EdgeReport { caller: 0, callee: 2, calls: 9, incl_ticks: 0 });
+        // Threads in the runtime's cold paths, per record; none past the last record.
+        assert!((proc::COLD as u64) < layout::PROC_HEADER_WORDS);
+        set(p + proc::COLD as u64, 2);
+        assert_eq!((seg.cold(0), seg.cold(1), seg.cold(2), seg.cold(u32::MAX)), (2, 0, 0, 0));
     }
 
     #[test]

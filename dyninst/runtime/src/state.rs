@@ -13,7 +13,10 @@
 //! session epoch, [`sys::tls_get`]). The address is used only while the
 //! epoch matches [`EPOCH`], which set-up and teardown bump: the segment is
 //! unmapped only by teardown, which the tool runs while no thread is inside
-//! the runtime and after every hijacked return address was put back. The
+//! the runtime and after every hijacked return address was put back. Inside
+//! means a PC in the runtime's code, or a thread counted in its process
+//! record's [`proc::COLD`] word: a cold path that calls into libc (whose PC
+//! is then elsewhere) and uses the segment after that call ([`Cold`]). The
 //! sequence word keeps a signal handler from touching the tables while the
 //! interrupted hook uses them: re-entered hooks return after bumping a counter.
 #![allow(unsafe_code)]
@@ -382,10 +385,39 @@ extern "C" fn register() -> Option<&'static Thread> {
     if base == 0 || p >= FLAT.procs.get() {
         return None;
     }
+    // The exit handler's registration calls into libc, and the hook then
+    // uses the slot: counted until it returns (the slot is in the segment).
+    let _cold = Cold::enter(base, p);
     let t = claim(base, p, u64::from(sys::gettid()))?;
     sys::tls_set(t as *const Thread as usize, epoch);
     crate::counters::register_exit(t);
     Some(t)
+}
+
+/// A thread of process record `p` counted in the record's [`proc::COLD`]
+/// while this lives: it is inside a cold path that calls out of the runtime
+/// (its PC may be in libc) and comes back to the segment. Taken while the PC
+/// is still in the runtime's code, after the segment's address was read, and
+/// dropped before the last return into code outside it, so a tool that sees
+/// no PC in the runtime and the word at 0 knows no thread will touch the
+/// segment again (module docs).
+pub(crate) struct Cold(&'static AtomicU64);
+
+impl Cold {
+    fn enter(base: usize, p: u64) -> Option<Cold> {
+        if base == 0 || p >= FLAT.procs.get() {
+            return None;
+        }
+        let w = word_at(base, layout::HEADER_WORDS + p * FLAT.proc_words.get() + proc::COLD as u64);
+        w.fetch_add(1, Ordering::SeqCst);
+        Some(Cold(w))
+    }
+}
+
+impl Drop for Cold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 unsafe extern "C" {
@@ -431,6 +463,8 @@ unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
     // A later instrumented call (another destructor) registers afresh.
     sys::tls_set(0, 0);
     let Some(seg) = Seg::current() else { return };
+    // Entered from libc, not through patched code; retiring may free memory.
+    let _cold = Cold::enter(seg.base, PROCESS.load(Ordering::Relaxed));
     t.retire(&seg);
 }
 
@@ -845,6 +879,8 @@ pub(crate) extern "C" fn before_fork() {
         if p == 0 || e != EPOCH.load(Ordering::Acquire) {
             return;
         }
+        // Entered from libc; growing the copy may call malloc between reads of the slot.
+        let _cold = Cold::enter(BASE.load(Ordering::Acquire), PROCESS.load(Ordering::Relaxed));
         // SAFETY: as in `current`.
         let t = unsafe { &*(p as *const Thread) };
         for i in 0..t.depth.get().min(DEPTH) {

@@ -48,6 +48,8 @@ pub struct AttachOptions {
 
 /// Rounds of letting the target run while a thread is inside the runtime at detach.
 const LEAVE_ROUNDS: usize = 200;
+/// Rounds of choosing a worker and looking again at the threads at detach.
+const QUIET_ROUNDS: usize = 20;
 
 /// Placeholders for the hooks while selecting, before the runtime is loaded.
 const PLACEHOLDER: TargetHooks = TargetHooks { enter: 1, unwind_begin: 2, catch: 3, setup: 0, teardown: 0 };
@@ -173,15 +175,16 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     }
     let tramps = trampolines(&installed);
     unpatch_stopped(&mut p, installed)?;
-    leave_runtime(&mut p, &tramps)?;
+    quiet(&mut p, &tramps, &results, 0)?;
     restore_returns(&mut p, &results, 0)?;
-    super::results::settle(&mut p)?;
     let t0 = Instant::now();
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
     });
-    // End the session whatever the report's fate: nothing of it may stay active.
-    let ended = p.call(hooks.teardown, &[]);
+    // End the session whatever the report's fate: nothing of it may stay
+    // active. The process has not run since `quiet` found no thread inside
+    // the runtime, and does not run before the segment is gone.
+    let ended = p.call_held(hooks.teardown, &[]);
     // Every patch is restored and every hijacked return put back: the
     // arenas go, and what an earlier detach left where nothing returns now.
     let kept = release_recorded(&mut p, &arenas);
@@ -272,10 +275,9 @@ fn restore(
 ) -> Result<(), ProbeError> {
     let tramps = trampolines(&installed);
     unpatch_stopped(c, installed)?;
-    leave_runtime(c, &tramps)?;
+    quiet(c, &tramps, results, record)?;
     restore_returns(c, results, record)?;
-    super::results::settle(c)?;
-    c.call(hooks.teardown, &[])?;
+    c.call_held(hooks.teardown, &[])?;
     let (kept, _) = release_recorded(c, arenas)?;
     if !kept.ranges.is_empty() {
         eprintln!(
@@ -286,6 +288,23 @@ fn restore(
         );
     }
     Ok(())
+}
+
+/// Brings the process to a stop where no thread is inside the runtime (see
+/// [`leave_runtime`]) and a worker can run the teardown, without letting it
+/// run after the last look: choosing the worker may let it run, so the look
+/// is taken again after that.
+fn quiet(p: &mut Process, tramps: &[(u64, u64)], results: &Results, record: u32) -> Result<(), ProbeError> {
+    for _ in 0..QUIET_ROUNDS {
+        super::results::settle(p)?;
+        if !leave_runtime(p, tramps, results, record)? {
+            return Ok(());
+        }
+    }
+    Err(ProbeError::Setup {
+        pid: p.pid(),
+        reason: "threads kept entering the probe runtime; the session was left running".into(),
+    })
 }
 
 /// Longest trampoline: saved registers, the hook call, a whole moved short
@@ -301,8 +320,17 @@ fn trampolines(installed: &[crate::patch::Installed]) -> Vec<(u64, u64)> {
 /// Lets the process run a moment at a time until no thread will resume
 /// inside the runtime's code (a hook or the exit stub) or a trampoline —
 /// its own PC or the PC saved in any signal frame it is inside (a handler
-/// that interrupted a hook) — so none touches the tables after they go.
-fn leave_runtime(p: &mut Process, tramps: &[(u64, u64)]) -> Result<(), ProbeError> {
+/// that interrupted a hook) — and none is inside a cold path of the runtime
+/// that called into libc (registering a thread's exit handler, a thread's
+/// exit, the fork handler: counted in the segment's process record), so
+/// none touches the tables after they go. Returns whether it let the
+/// process run.
+fn leave_runtime(
+    p: &mut Process,
+    tramps: &[(u64, u64)],
+    results: &Results,
+    record: u32,
+) -> Result<bool, ProbeError> {
     let module = RUNTIME_FILE.trim_end_matches(".so");
     let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
@@ -315,13 +343,15 @@ fn leave_runtime(p: &mut Process, tramps: &[(u64, u64)]) -> Result<(), ProbeErro
         .map(|m| (m.start, m.end))
         .chain(tramps.iter().copied())
         .collect();
-    for _ in 0..LEAVE_ROUNDS {
-        let mut inside = false;
+    let seg = results.segment()?;
+    for round in 0..LEAVE_ROUNDS {
+        // A thread in a cold path that called into libc has its PC there.
+        let mut inside = seg.cold(record) != 0;
         for tid in p.threads() {
             inside |= p.resume_pcs(tid)?.iter().any(|pc| code.iter().any(|&(s, e)| (s..e).contains(pc)));
         }
         if !inside {
-            return Ok(());
+            return Ok(round > 0);
         }
         p.run_for(Duration::from_millis(1))?;
     }

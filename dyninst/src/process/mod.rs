@@ -219,7 +219,20 @@ impl Process {
         } else {
             OPTIONS | Options::from_bits_retain(libc::PTRACE_O_SUSPEND_SECCOMP)
         };
-        if let Err(errno) = ptrace::seize(Pid::from_raw(pid), options) {
+        // The kernel refuses to seize an exiting leader: in an execve called by
+        // another thread, the leader exits and that thread takes its pid. Give
+        // it the same moment as `precheck` does.
+        let mut seized = ptrace::seize(Pid::from_raw(pid), options);
+        for _ in 0..EXEC_SETTLE_ROUNDS {
+            let exiting = read_proc(pid, "stat")
+                .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])));
+            if seized != Err(Errno::EPERM) || !exiting {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            seized = ptrace::seize(Pid::from_raw(pid), options);
+        }
+        if let Err(errno) = seized {
             return Err(match errno {
                 Errno::EPERM | Errno::EINVAL if seccomp != 0 && !may_suspend_seccomp() => Error::Seccomp {
                     pid,

@@ -133,6 +133,34 @@ impl Process {
         self.call_here(func, args)
     }
 
+    /// [`Process::call`] with every other thread held where it is: no thread
+    /// is let out of the loader or the allocator first and none is created,
+    /// so the process does not run between the caller's last look at its
+    /// threads and the call. For functions that take no lock and do not
+    /// sleep. A worker asleep through the restart block hands the call to
+    /// another held thread when one can take it.
+    pub fn call_held(&mut self, func: u64, args: &[u64]) -> Result<u64> {
+        self.usable(self.worker)?;
+        if args.len() > 6 {
+            return Err(Error::InvalidArgument {
+                what: format!("remote calls take at most 6 integer arguments, not {}", args.len()),
+            });
+        }
+        // Not one inside clone, fork or vfork on its parent's side.
+        let creating = |r: &Regs| [56, 57, 58, 435].contains(&r.orig_rax) && r.rax != 0;
+        if self.in_restart_block(self.worker)?
+            && let Some(other) = self.threads().into_iter().find(|&t| {
+                t != self.worker
+                    && self.usable(t).is_ok()
+                    && self.in_restart_block(t).is_ok_and(|b| !b)
+                    && self.regs(t).is_ok_and(|r| !creating(&r))
+            })
+        {
+            self.worker = other;
+        }
+        self.call_here(func, args)
+    }
+
     /// [`Process::call`] on the worker itself.
     pub(super) fn call_here(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         let tid = self.worker;
