@@ -108,12 +108,26 @@ fn attach_and_detach_every_mode_repeatedly() {
     let modes = ["threads", "fork", "vfork", "exec", "coro", "longjmp", "alarm", "altstack", "sleep", "read"];
     for mode in modes.into_iter().filter(|m| only.is_empty() || only.split(',').any(|o| o == *m)) {
         let s = Stress::start(&exe, &[mode]);
+        let mut raced = 0;
         for round in 0..n {
+            let image = image_of(s.pid());
             let out = attach_cmd(s.pid(), &report, Some("0.02")).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.contains("panicked"), "{mode} round {round}: {err}");
             // An exec while attached is reported and leaves the new image alone.
             let exec_seen = mode == "exec" && err.contains("called execve");
-            assert!(out.status.success() || exec_seen, "{mode} round {round}: papirus-probe failed:\n{err}");
+            // An attach that an execve overtook may also end in an error (the
+            // threads it held were replaced): the target must come out whole,
+            // which the verdict below checks.
+            let overtaken = mode == "exec" && !out.status.success() && image_of(s.pid()) != image;
+            raced += usize::from(overtaken);
+            assert!(
+                out.status.success() || exec_seen || overtaken,
+                "{mode} round {round}: papirus-probe failed:\n{err}"
+            );
+        }
+        if raced > 0 {
+            println!("{mode}: {raced} of {n} attaches overtaken by an execve ended in an error");
         }
         let (verdict, status) = s.finish();
         assert_all_ok(&[mode], &verdict, status, &format!("{mode} after {n} attaches"));
@@ -199,6 +213,12 @@ int main(void) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(String::from_utf8_lossy(&out.stdout).contains("sum 999000"), "{err}");
     assert!(err.contains("exit code 0"), "{err}");
+}
+
+/// The image process `pid` runs: its AT_RANDOM bytes' address and the start of
+/// its auxiliary vector, new at every execve.
+fn image_of(pid: i32) -> Vec<u8> {
+    std::fs::read(format!("/proc/{pid}/auxv")).unwrap_or_default()
 }
 
 /// The main program's executable mapping in `pid` compared with the same bytes
