@@ -1,6 +1,6 @@
 //! Which functions of a process to instrument: modules and globs to function specs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{ProbeError, TargetHooks};
 use papirus_substrate::elf::SymbolKind;
@@ -70,6 +70,9 @@ pub(super) fn select(
     }
     let mut names = Vec::new();
     let mut specs = Vec::new();
+    // Entry addresses chosen so far: IFUNCs can resolve to one implementation
+    // (memmove and memcpy), or to a function chosen by its own name.
+    let mut chosen = HashSet::new();
     for m in &modules {
         // Aliases share an address: patch it once, under the name a user would call.
         let mut by_addr: HashMap<u64, &Function> = HashMap::new();
@@ -118,6 +121,9 @@ pub(super) fn select(
                 }
                 (f.display_name().to_string(), f.address, f.size, limit(m, f))
             };
+            if !chosen.insert(addr) {
+                continue;
+            }
             specs.push(FunctionSpec {
                 name: name.clone(),
                 addr,
