@@ -122,12 +122,21 @@ fn stat_refuses_an_untraceable_process() {
         .unwrap_or_default()
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"));
-    let mut cmd = tool("papirus-stat");
-    cmd.args(["-e", "task-clock", "-p", "1", "--duration", "0.01"]);
-    if root {
-        // Drop to nobody: it may not trace init.
+    // Nobody may not trace init. The tool is run from a copy nobody can
+    // reach: the build tree may lie in a directory only root enters.
+    let copy = tempfile::tempdir().unwrap();
+    let mut cmd = if root {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(copy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = copy.path().join("papirus-stat");
+        std::fs::copy(env!("CARGO_BIN_EXE_papirus-stat"), &exe).unwrap();
+        let mut cmd = std::process::Command::new(exe);
         std::os::unix::process::CommandExt::uid(&mut cmd, 65534);
-    }
+        cmd
+    } else {
+        tool("papirus-stat")
+    };
+    cmd.args(["-e", "task-clock", "-p", "1", "--duration", "0.01"]);
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     eprintln!("{err}");
