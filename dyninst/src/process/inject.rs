@@ -650,17 +650,23 @@ mod tests {
 
     use super::*;
 
+    /// `code` in Intel syntax, one instruction a line; every byte must decode.
+    fn disassemble(code: &[u8]) -> Vec<String> {
+        let mut f = IntelFormatter::new();
+        Decoder::with_ip(64, code, 0, DecoderOptions::NONE)
+            .into_iter()
+            .map(|ins| {
+                assert!(!ins.is_invalid());
+                let mut s = String::new();
+                f.format(&ins, &mut s);
+                s
+            })
+            .collect()
+    }
+
     #[test]
     fn call_routine_decodes_as_written() {
-        let mut d = Decoder::with_ip(64, &CALL_ROUTINE, 0, DecoderOptions::NONE);
-        let mut f = IntelFormatter::new();
-        let mut text = Vec::new();
-        for ins in &mut d {
-            assert!(!ins.is_invalid());
-            let mut s = String::new();
-            f.format(&ins, &mut s);
-            text.push(s);
-        }
+        let text = disassemble(&CALL_ROUTINE);
         let expect = [
             "push rbx",
             "mov rbx,rdi",
@@ -684,16 +690,7 @@ mod tests {
 
     #[test]
     fn start_routine_decodes_as_written() {
-        let code = start_routine();
-        let mut d = Decoder::with_ip(64, &code, 0, DecoderOptions::NONE);
-        let mut f = IntelFormatter::new();
-        let mut text = Vec::new();
-        for ins in &mut d {
-            assert!(!ins.is_invalid());
-            let mut s = String::new();
-            f.format(&ins, &mut s);
-            text.push(s);
-        }
+        let text = disassemble(&start_routine());
         // Branch targets: 0x3a is `mov al,[rsi]` (copy), 0x4c the done-flag store.
         let expect = [
             "push rbx",
