@@ -309,12 +309,17 @@ fn stress_at_max_rate_with_slow_consumer_counts_every_loss() {
     };
     drain(&mut bp_ring, &mut delivered[0]);
     drain(&mut tc_ring, &mut delivered[1]);
+    // Each burst must fit the one-page ring (about 100 samples at the
+    // maximum rate), or it loses samples of its own: spin in small steps.
     for _ in 0..100 {
         if Some(tc_ring.stats().lost) == tc_ev.read_count().unwrap().lost {
             break;
         }
         tc_ev.enable().unwrap();
-        spin_cpu(Duration::from_micros(200));
+        let start = thread_cpu();
+        while thread_cpu() - start < Duration::from_micros(200) {
+            black_box(stress_g(1));
+        }
         tc_ev.disable().unwrap();
         drain(&mut tc_ring, &mut delivered[1]);
     }
