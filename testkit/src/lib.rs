@@ -1,0 +1,159 @@
+//! What papirus' tests share: one way to build a C or C++ target, one way
+//! to get a Debian package a test needs, and one way to skip.
+//!
+//! A test that cannot run here prints `SKIP: <the reason>` on stderr (the
+//! kernel's or the tool's own words) and returns; it never passes silently
+//! with nothing checked.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsStr;
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Prints why a test does not run here, in the form every test uses.
+pub fn skip(reason: impl Display) {
+    eprintln!("SKIP: {reason}");
+}
+
+/// A C or C++ program or shared library built by gcc/g++ for a test.
+///
+/// ```no_run
+/// let dir = tempfile::tempdir().unwrap();
+/// let exe = papirus_testkit::Cc::new("tests/targets/loop.c").opt("-O2").arg("-pthread").build(dir.path(), "loop");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Cc {
+    sources: Vec<PathBuf>,
+    args: Vec<String>,
+    opt: String,
+}
+
+impl Cc {
+    /// Builds `source` (a path relative to the crate under test, or
+    /// absolute); `.cpp` and `.cc` sources are built with g++.
+    pub fn new(source: impl AsRef<Path>) -> Cc {
+        Cc { sources: vec![source.as_ref().to_path_buf()], args: Vec::new(), opt: "-O2".into() }
+    }
+
+    /// Writes `text` to `dir/name` and builds that.
+    pub fn from_text(dir: &Path, name: &str, text: &str) -> Cc {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+        Cc::new(path)
+    }
+
+    /// Another source file.
+    pub fn source(&mut self, source: impl AsRef<Path>) -> &mut Cc {
+        self.sources.push(source.as_ref().to_path_buf());
+        self
+    }
+
+    /// The optimisation level (`-O2` unless set).
+    pub fn opt(&mut self, level: &str) -> &mut Cc {
+        self.opt = level.into();
+        self
+    }
+
+    /// One more compiler argument, after the sources (libraries, -pthread, -D…).
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Cc {
+        self.args.push(arg.as_ref().to_string_lossy().into_owned());
+        self
+    }
+
+    /// More compiler arguments.
+    pub fn args<I: IntoIterator<Item = S>, S: AsRef<OsStr>>(&mut self, args: I) -> &mut Cc {
+        for a in args {
+            self.arg(a);
+        }
+        self
+    }
+
+    /// A shared library (`-shared -fPIC`).
+    pub fn shared(&mut self) -> &mut Cc {
+        self.args(["-shared", "-fPIC"])
+    }
+
+    /// Builds `dir/name` and returns its path; panics with the compiler's
+    /// messages when the build fails (a broken target is a broken test).
+    pub fn build(&self, dir: &Path, name: &str) -> PathBuf {
+        self.try_build(dir, name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Builds `dir/name`, or says why not.
+    pub fn try_build(&self, dir: &Path, name: &str) -> Result<PathBuf, String> {
+        let cxx = self
+            .sources
+            .iter()
+            .any(|s| matches!(s.extension().and_then(OsStr::to_str), Some("cpp" | "cc" | "cxx")));
+        let compiler = if cxx { "g++" } else { "gcc" };
+        let out = dir.join(name);
+        let o = Command::new(compiler)
+            .arg(&self.opt)
+            .arg("-g")
+            .arg("-o")
+            .arg(&out)
+            .args(&self.sources)
+            .args(&self.args)
+            .output()
+            .map_err(|e| format!("cannot run {compiler}: {e}"))?;
+        if o.status.success() {
+            Ok(out)
+        } else {
+            Err(format!(
+                "{compiler} {:?} {:?} failed: {}",
+                self.sources,
+                self.args,
+                String::from_utf8_lossy(&o.stderr)
+            ))
+        }
+    }
+}
+
+/// Makes sure the Debian package `package` is installed, installing it with
+/// apt-get when `present` says it is missing; `Err` with apt-get's own words
+/// when it cannot be had (no network, not root, not Debian).
+///
+/// Tests of one run take turns: an advisory lock on `/var/lib/apt` (a
+/// root-owned directory, so no file at a name others could plant) keeps
+/// two apt-gets of one `cargo test` from failing on dpkg's lock.
+pub fn debian_package(package: &str, present: impl Fn() -> bool) -> Result<(), String> {
+    if present() {
+        return Ok(());
+    }
+    let lock = std::fs::File::open("/var/lib/apt").map_err(|e| format!("/var/lib/apt: {e} (not Debian?)"))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| format!("lock /var/lib/apt: {e}"))?;
+    if present() {
+        return Ok(());
+    }
+    let apt = |args: &[&str]| {
+        Command::new("apt-get")
+            .args(["-q", "-y", "-o", "DPkg::Lock::Timeout=600"])
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+    };
+    let mut last = String::new();
+    for step in [
+        &["install", "--no-install-recommends", package][..],
+        &["update"],
+        &["install", "--no-install-recommends", package],
+    ] {
+        match apt(step) {
+            Ok(o) if o.status.success() => {
+                if step[0] == "install" && present() {
+                    return Ok(());
+                }
+            }
+            Ok(o) => last = String::from_utf8_lossy(&o.stderr).trim().to_string(),
+            Err(e) => return Err(format!("cannot run apt-get: {e}")),
+        }
+    }
+    Err(format!("apt-get install {package} did not provide it: {last}"))
+}
+
+/// Whether `cmd ARGS` runs and succeeds (a tool's presence check).
+pub fn runs(cmd: &str, args: &[&str]) -> bool {
+    Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
+}
