@@ -76,6 +76,8 @@ pub struct AttachSummary {
 /// Instruments process `pid` until the duration ends or `stop` is set, then
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
+    // The report converts ticks with it: calibrated while the target runs, not after.
+    papirus_substrate::clock::set_up_in_background();
     super::check_events(opts.probe, &opts.events)?;
     crate::output::check_writable(&opts.output)?;
     let pid = opts.pid;

@@ -267,14 +267,17 @@ struct TargetHooks {
 impl TargetHooks {
     fn find(p: &Process) -> Result<TargetHooks, ProbeError> {
         let module = RUNTIME_FILE.trim_end_matches(".so");
-        let f = |name| p.module_function(module, name);
-        Ok(TargetHooks {
-            enter: f("papirus_probe_enter")?,
-            unwind_begin: f("papirus_probe_unwind_begin")?,
-            catch: f("papirus_probe_catch")?,
-            setup: f("papirus_probe_setup")?,
-            teardown: f("papirus_probe_teardown")?,
-        })
+        let [enter, unwind_begin, catch, setup, teardown] = p.module_functions(
+            module,
+            &[
+                "papirus_probe_enter",
+                "papirus_probe_unwind_begin",
+                "papirus_probe_catch",
+                "papirus_probe_setup",
+                "papirus_probe_teardown",
+            ],
+        )?;
+        Ok(TargetHooks { enter, unwind_begin, catch, setup, teardown })
     }
 }
 

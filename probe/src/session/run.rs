@@ -71,6 +71,8 @@ pub struct RunSummary {
 
 /// Runs the program instrumented, waits for it to end and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
+    // The report converts ticks with it: calibrated while the target runs, not after.
+    papirus_substrate::clock::set_up_in_background();
     super::check_events(opts.probe, &opts.events)?;
     crate::output::check_writable(&opts.output)?;
     let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
