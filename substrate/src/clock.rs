@@ -316,6 +316,13 @@ impl Clock {
         self.tsc_hz
     }
 
+    /// The TSC's rate for the counting core's readers, when real time is
+    /// read from the TSC.
+    pub fn tsc_rate(&self) -> Option<crate::read::TscRate> {
+        let hz = self.tsc_hz.filter(|_| self.is_tsc())?;
+        Some(crate::read::TscRate { mult: self.mult, shift: self.shift, hz })
+    }
+
     /// How the conversion was found.
     pub fn method(&self) -> Option<TscMethod> {
         self.method

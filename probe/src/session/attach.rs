@@ -24,6 +24,7 @@ use crate::patch::{Arena, Refused};
 use crate::process::Process;
 use papirus_probe_abi::Probe;
 use papirus_probe_abi::layout::hdr;
+use papirus_substrate::EventAttr;
 
 /// What to attach to and measure.
 #[derive(Debug, Clone)]
@@ -32,8 +33,8 @@ pub struct AttachOptions {
     pub pid: i32,
     /// The probe.
     pub probe: Probe,
-    /// Counter events of the counters probe.
-    pub events: Vec<String>,
+    /// Counter events of the counters probe, resolved ([`super::resolve_events`]).
+    pub events: Vec<EventAttr>,
     /// Which functions.
     pub selection: Selection,
     /// Where the report goes.
@@ -78,7 +79,7 @@ pub struct AttachSummary {
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     // The report converts ticks with it: calibrated while the target runs, not after.
     papirus_substrate::clock::set_up_in_background();
-    super::check_events(opts.probe, &opts.events)?;
+    super::check_counter_events(opts.probe, &opts.events)?;
     crate::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait

@@ -15,6 +15,7 @@ use nix::sys::signal::{SigSet, Signal};
 use papirus_calibrate::CostFile;
 use papirus_probe::process::Exit;
 use papirus_probe::session::{self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, View};
+use papirus_substrate::EventAttr;
 
 use crate::output::{self, Failure, note};
 
@@ -64,10 +65,9 @@ pub struct ProbeArgs {
 
 impl ProbeArgs {
     /// The probe, its event names, the selection and the runtime library.
-    fn parts(&self) -> Result<(session::Probe, Vec<String>, Selection, PathBuf), Failure> {
+    fn parts(&self) -> Result<(session::Probe, Vec<EventAttr>, Selection, PathBuf), Failure> {
         let p = session::parse_probe(&self.probe)?;
-        let events = session::expand_events(&self.events)?;
-        session::check_events(p, &events)?;
+        let events = session::resolve_events(p, &self.events)?;
         let sel = Selection {
             modules: self.module.clone(),
             functions: expand_globs(&self.functions)?,
