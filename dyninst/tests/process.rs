@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use nix::sys::mman::ProtFlags;
 use papirus_dyninst::Error;
 use papirus_dyninst::error::PermissionReason;
-use papirus_dyninst::maps;
 use papirus_dyninst::process::{Exit, Injection, Process, Spawn};
 use papirus_substrate::elf::ElfFile;
+use papirus_substrate::maps;
 
 const SLEEPER: &str = r#"
 #include <errno.h>

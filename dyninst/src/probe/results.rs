@@ -275,7 +275,7 @@ const SEGMENT_NAME: &str = "memfd:papirus-probe-results";
 
 /// Whether process `pid` maps a results segment (it has neither exec'd nor ended).
 pub(super) fn maps_segment(pid: u32) -> bool {
-    crate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
+    papirus_substrate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
 }
 
 /// How a process other than the one we wait for ended: it is not our child,

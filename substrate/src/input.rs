@@ -35,7 +35,7 @@ use crate::maps::Mapping;
 /// Largest module (executable or shared object) read, in bytes: far above
 /// any real library (libc is 2 MiB, libpython 30 MiB), far below what a
 /// sparse file can claim.
-pub const MODULE_LIMIT: u64 = papirus_substrate::elf::MAX_FILE_BYTES;
+pub const MODULE_LIMIT: u64 = crate::elf::MAX_FILE_BYTES;
 
 /// Largest probe report read, in bytes (a default report is under 1 MiB).
 pub const REPORT_LIMIT: u64 = 256 << 20;
@@ -262,7 +262,7 @@ mod tests {
         let err = read_file(dir.path(), 1 << 20).unwrap_err();
         assert!(matches!(err, InputError::NotRegular { kind: "directory", .. }), "{err}");
         let fifo = dir.path().join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, Mode::RWXU, 0).unwrap();
         let err = read_file(&fifo, 1 << 20).unwrap_err();
         assert!(matches!(err, InputError::NotRegular { kind: "FIFO", .. }), "{err}");
         let big = dir.path().join("big");
