@@ -7,7 +7,7 @@
 //! carries ([`SampleType::READ`]); [`Record::parse`] turns ring bytes into
 //! typed records without allocating, so it can run in a signal handler.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use perf_event_open_sys::bindings as b;
@@ -234,12 +234,48 @@ pub struct Mmap2<'a> {
     pub len: u64,
     /// File offset.
     pub pgoff: u64,
+    /// The file: its device and inode, or the build id the kernel read
+    /// from it (`PERF_RECORD_MISC_MMAP_BUILD_ID`).
+    pub file: MmapFile<'a>,
     /// Protection bits.
     pub prot: u32,
     /// Mapping flags.
     pub flags: u32,
     /// The file name (NUL padding stripped).
     pub filename: &'a [u8],
+}
+
+/// How an [`Mmap2`] record identifies the mapped file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmapFile<'a> {
+    /// Device (major, minor), inode and inode generation; all 0 for anonymous memory.
+    Inode {
+        /// Device major number.
+        major: u32,
+        /// Device minor number.
+        minor: u32,
+        /// Inode number.
+        ino: u64,
+        /// Inode generation.
+        generation: u64,
+    },
+    /// The file's GNU build id.
+    BuildId(&'a [u8]),
+}
+
+/// A FORK or EXIT record: a thread or process was created or ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// Process id.
+    pub pid: u32,
+    /// Parent's process id.
+    pub ppid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Parent's thread id.
+    pub ptid: u32,
+    /// perf clock time.
+    pub time: u64,
 }
 
 /// A COMM record: a thread was renamed or exec'd.
@@ -277,6 +313,10 @@ pub enum Record<'a> {
     Mmap2(Mmap2<'a>),
     /// A thread name change.
     Comm(Comm<'a>),
+    /// A new thread or process (`clone`, `fork`).
+    Fork(Task),
+    /// A thread or process ended.
+    Exit(Task),
     /// Samples lost before they reached the ring (`PERF_RECORD_LOST_SAMPLES`).
     LostSamples {
         /// Number lost.
@@ -352,17 +392,27 @@ impl<'a> Record<'a> {
                 let addr = c.u64()?;
                 let len = c.u64()?;
                 let pgoff = c.u64()?;
-                // maj, min, ino, ino_generation (or a build id): not surfaced.
-                c.take(24)?;
+                let file = if u32::from(misc) & b::PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
+                    let id = c.take(24)?;
+                    let n = usize::from(id[0]).min(20);
+                    MmapFile::BuildId(&id[4..4 + n])
+                } else {
+                    let (major, minor) = (c.u32()?, c.u32()?);
+                    MmapFile::Inode { major, minor, ino: c.u64()?, generation: c.u64()? }
+                };
                 let prot = c.u32()?;
                 let flags = c.u32()?;
-                Record::Mmap2(Mmap2 { pid, tid, addr, len, pgoff, prot, flags, filename: cstr(c.0) })
+                Record::Mmap2(Mmap2 { pid, tid, addr, len, pgoff, file, prot, flags, filename: cstr(c.0) })
             }
             b::PERF_RECORD_COMM => {
                 let pid = c.u32()?;
                 let tid = c.u32()?;
                 let exec = u32::from(misc) & b::PERF_RECORD_MISC_COMM_EXEC != 0;
                 Record::Comm(Comm { pid, tid, comm: cstr(c.0), exec })
+            }
+            b::PERF_RECORD_FORK | b::PERF_RECORD_EXIT => {
+                let t = Task { pid: c.u32()?, ppid: c.u32()?, tid: c.u32()?, ptid: c.u32()?, time: c.u64()? };
+                if kind == b::PERF_RECORD_FORK { Record::Fork(t) } else { Record::Exit(t) }
             }
             _ => Record::Other { kind, misc, body: c.0 },
         })
@@ -457,7 +507,7 @@ pub enum Trigger {
 ///
 /// Defaults: `sample_type` IP|TID, no read values, a wakeup (and so a
 /// signal, when one is routed) on every sample, `precise_ip` 0, no MMAP2 or
-/// COMM records, 8 data pages.
+/// COMM records, no FORK or EXIT records, 8 data pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sampling {
     trigger: Trigger,
@@ -466,6 +516,7 @@ pub struct Sampling {
     wakeup_events: u32,
     precise_ip: u8,
     mmap_records: bool,
+    task_records: bool,
     data_pages: usize,
 }
 
@@ -486,6 +537,7 @@ impl Sampling {
             wakeup_events: 1,
             precise_ip: 0,
             mmap_records: false,
+            task_records: false,
             data_pages: 8,
         }
     }
@@ -515,6 +567,11 @@ impl Sampling {
     /// Also records MMAP2 and COMM records (new mappings, thread names).
     pub fn mmap_records(&mut self, on: bool) -> &mut Self {
         self.mmap_records = on;
+        self
+    }
+    /// Also records FORK and EXIT records (new and ended threads and processes).
+    pub fn task_records(&mut self, on: bool) -> &mut Self {
+        self.task_records = on;
         self
     }
     /// Data pages of the ring buffer: a power of two.
@@ -594,6 +651,7 @@ impl Sampling {
         a.set_mmap(u64::from(self.mmap_records));
         a.set_comm(u64::from(self.mmap_records));
         a.set_comm_exec(u64::from(self.mmap_records));
+        a.set_task(u64::from(self.task_records));
     }
 }
 
@@ -642,29 +700,14 @@ impl Sampler {
         pid: i32,
         cpu: i32,
     ) -> Result<Self> {
-        let name = attr.name().to_string();
-        sampling.validate(&name)?;
-        let mut raw = attr.to_raw();
-        sampling.apply(&mut raw);
-        let leader = open_one(&*sys, &mut raw, attr, pid, cpu, None)?;
-        let id =
-            sys.event_id(leader.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, &name, e, false, pid))?;
-        let mut opened = Vec::with_capacity(members.len());
-        for m in members {
-            let mut mraw = m.to_raw();
-            mraw.read_format = sampling.read_format.0;
-            // Members count inside the leader's group; the leader enables them.
-            mraw.set_disabled(0);
-            let fd = open_one(&*sys, &mut mraw, m, pid, cpu, Some(leader.as_fd()))?;
-            let mid = sys
-                .event_id(fd.as_fd())
-                .map_err(|e| Error::from_errno(Op::Ioctl, m.name(), e, false, pid))?;
-            opened.push((m.name().to_string(), fd, mid));
-        }
-        let ring =
-            RingBuffer::map(sys.clone(), leader.as_fd(), sampling.data_pages, sampling.layout(), &name)?;
-        let events =
-            SamplingEvents { sys, name, leader, id, members: opened, read_format: sampling.read_format };
+        let events = SamplingEvents::open(sys, attr, sampling, members, pid, cpu)?;
+        let ring = RingBuffer::map(
+            events.sys.clone(),
+            events.leader.as_fd(),
+            sampling.data_pages,
+            sampling.layout(),
+            &events.name,
+        )?;
         Ok(Sampler { events, ring })
     }
 
@@ -713,6 +756,47 @@ fn open_one(
 }
 
 impl SamplingEvents {
+    /// Opens `attr` sampling per `sampling` on thread `pid` and `cpu`,
+    /// disabled, with counting `members` in its group, and no ring: map one
+    /// ([`Sampler::open_group`]) or send its records to another event's
+    /// ([`SamplingEvents::output_to`]).
+    pub fn open(
+        sys: Arc<dyn Sys>,
+        attr: &EventAttr,
+        sampling: &Sampling,
+        members: &[EventAttr],
+        pid: i32,
+        cpu: i32,
+    ) -> Result<Self> {
+        let name = attr.name().to_string();
+        sampling.validate(&name)?;
+        let mut raw = attr.to_raw();
+        sampling.apply(&mut raw);
+        let leader = open_one(&*sys, &mut raw, attr, pid, cpu, None)?;
+        let id =
+            sys.event_id(leader.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, &name, e, false, pid))?;
+        let mut opened = Vec::with_capacity(members.len());
+        for m in members {
+            let mut mraw = m.to_raw();
+            mraw.read_format = sampling.read_format.0;
+            // Members count inside the leader's group; the leader enables them.
+            mraw.set_disabled(0);
+            let fd = open_one(&*sys, &mut mraw, m, pid, cpu, Some(leader.as_fd()))?;
+            let mid = sys
+                .event_id(fd.as_fd())
+                .map_err(|e| Error::from_errno(Op::Ioctl, m.name(), e, false, pid))?;
+            opened.push((m.name().to_string(), fd, mid));
+        }
+        Ok(SamplingEvents { sys, name, leader, id, members: opened, read_format: sampling.read_format })
+    }
+
+    /// Sends this event's records to the ring of `other` (an event on the
+    /// same CPU, or of the same thread when both are on any CPU), as perf
+    /// record does to keep one ring per CPU (`PERF_EVENT_IOC_SET_OUTPUT`).
+    pub fn output_to(&self, other: &SamplingEvents) -> Result<()> {
+        self.ioctl(Ioctl::SetOutput(other.leader.as_raw_fd()), Op::Ioctl)
+    }
+
     fn ioctl(&self, op: Ioctl, what: Op) -> Result<()> {
         self.sys.ioctl(self.leader.as_fd(), op).map_err(|e| Error::from_errno(what, &self.name, e, false, 0))
     }
@@ -791,7 +875,10 @@ mod tests {
         let mut body = Vec::new();
         body.extend_from_slice(&7u32.to_ne_bytes());
         body.extend_from_slice(&8u32.to_ne_bytes());
-        body.extend(words(&[0x7f00_0000_0000, 0x2000, 0x1000, 0, 0, 0]));
+        body.extend(words(&[0x7f00_0000_0000, 0x2000, 0x1000]));
+        body.extend_from_slice(&0xfeu32.to_ne_bytes());
+        body.extend_from_slice(&1u32.to_ne_bytes());
+        body.extend(words(&[4242, 3]));
         body.extend_from_slice(&5u32.to_ne_bytes());
         body.extend_from_slice(&2u32.to_ne_bytes());
         body.extend_from_slice(b"/usr/lib/libm.so.6\0\0\0\0\0\0");
@@ -803,9 +890,31 @@ mod tests {
                     (7, 8, 0x7f00_0000_0000, 0x2000, 0x1000, 5, 2)
                 );
                 assert_eq!(m.filename, b"/usr/lib/libm.so.6");
+                assert_eq!(m.file, MmapFile::Inode { major: 0xfe, minor: 1, ino: 4242, generation: 3 });
             }
             other => panic!("{other:?}"),
         }
+        // The same record as the kernel writes it with attr.build_id: a
+        // length byte, padding and 20 id bytes in place of the inode.
+        let mut with_id = body.clone();
+        with_id[32..56].copy_from_slice(&[[3u8, 0, 0, 0].as_slice(), &[0xab; 20]].concat());
+        let r = record(b::PERF_RECORD_MMAP2, b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16, &with_id);
+        let Record::Mmap2(m) = Record::parse(&r, &SampleLayout::default()).unwrap() else { panic!() };
+        assert_eq!(m.file, MmapFile::BuildId(&[0xab; 3]));
+    }
+
+    #[test]
+    fn fork_and_exit_records() {
+        let mut body = Vec::new();
+        for v in [10u32, 1, 11, 10] {
+            body.extend_from_slice(&v.to_ne_bytes());
+        }
+        body.extend(words(&[99]));
+        let t = Task { pid: 10, ppid: 1, tid: 11, ptid: 10, time: 99 };
+        let l = SampleLayout::default();
+        assert_eq!(Record::parse(&record(b::PERF_RECORD_FORK, 0, &body), &l).unwrap(), Record::Fork(t));
+        assert_eq!(Record::parse(&record(b::PERF_RECORD_EXIT, 0, &body), &l).unwrap(), Record::Exit(t));
+        assert!(Record::parse(&record(b::PERF_RECORD_FORK, 0, &body[..20]), &l).is_err());
     }
 
     #[test]
@@ -860,9 +969,12 @@ mod tests {
         assert!(Sampling::period(1).data_pages(3).validate("x").is_err());
         let mut a = perf_event_attr::default();
         let mut s = Sampling::frequency(4000);
-        s.sample_type(SampleType::IP | SampleType::CALLCHAIN).precise_ip(9).mmap_records(true);
+        s.sample_type(SampleType::IP | SampleType::CALLCHAIN)
+            .precise_ip(9)
+            .mmap_records(true)
+            .task_records(true);
         s.apply(&mut a);
-        assert_eq!((a.freq(), a.precise_ip(), a.mmap2(), a.comm()), (1, 3, 1, 1));
+        assert_eq!((a.freq(), a.precise_ip(), a.mmap2(), a.comm(), a.task()), (1, 3, 1, 1, 1));
         assert_eq!(a.sample_type, (SampleType::IP | SampleType::CALLCHAIN).0);
         let mut p = perf_event_attr::default();
         Sampling::period(100).apply(&mut p);
