@@ -10,7 +10,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use nix::sys::ptrace::{self, Options};
 use nix::sys::wait::{WaitPidFlag, waitpid};
 use nix::unistd::Pid;
-use papirus_dyninst::process::Process;
+use papirus_probe::process::Process;
 
 const SPIN: &str = r#"
 #include <pthread.h>

@@ -8,9 +8,9 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::mman::ProtFlags;
-use papirus_dyninst::Error;
-use papirus_dyninst::error::PermissionReason;
-use papirus_dyninst::process::{Exit, Injection, Process, Spawn};
+use papirus_probe::Error;
+use papirus_probe::error::PermissionReason;
+use papirus_probe::process::{Exit, Injection, Process, Spawn};
 use papirus_substrate::elf::ElfFile;
 use papirus_substrate::maps;
 

@@ -7,7 +7,7 @@ use nix::errno::Errno;
 
 use crate::process::Exit;
 
-/// Errors of papirus-dyninst.
+/// Errors of papirus-probe.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -292,5 +292,5 @@ impl fmt::Display for PermissionReason {
     }
 }
 
-/// The result type of papirus-dyninst.
+/// The result type of papirus-probe.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -45,7 +45,7 @@ pub const RUNTIME_ENV: &str = "PAPIRUS_PROBE_RUNTIME";
 pub enum ProbeError {
     /// Process control or inventory.
     #[error(transparent)]
-    Dyninst(#[from] crate::Error),
+    Process(#[from] crate::Error),
     /// Patching.
     #[error(transparent)]
     Patch(#[from] PatchError),

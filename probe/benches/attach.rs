@@ -13,10 +13,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use papirus_dyninst::inventory::Inventory;
-use papirus_dyninst::patch::{FunctionSpec, Patcher, Refusal};
-use papirus_dyninst::probe::RemoteSpace;
-use papirus_dyninst::process::Process;
+use papirus_probe::inventory::Inventory;
+use papirus_probe::patch::{FunctionSpec, Patcher, Refusal};
+use papirus_probe::process::Process;
+use papirus_probe::session::RemoteSpace;
 
 const FUNCTIONS: usize = 5000;
 const ROUNDS: usize = 5;

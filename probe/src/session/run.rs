@@ -109,7 +109,7 @@ type Prepared = (Vec<String>, Results, usize, Vec<Refused>);
 fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     let pid = p.pid();
     let hooks = TargetHooks::find(p).map_err(|e| match e {
-        ProbeError::Dyninst(_) => ProbeError::Setup {
+        ProbeError::Process(_) => ProbeError::Setup {
             pid,
             reason: "the runtime is not loaded in it (a static program cannot load it with LD_PRELOAD)"
                 .into(),

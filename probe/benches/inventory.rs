@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use papirus_dyninst::inventory::Inventory;
+use papirus_probe::inventory::Inventory;
 use papirus_substrate::elf::ElfFile;
 
 fn candidates() -> Vec<PathBuf> {

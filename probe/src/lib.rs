@@ -1,4 +1,4 @@
-//! papirus-dyninst: find a program's functions, control its process, and
+//! papirus-probe: find a program's functions, control its process, and
 //! patch trampolines into it.
 #![deny(unsafe_code)]
 
@@ -6,7 +6,7 @@ pub mod error;
 pub mod inventory;
 pub mod output;
 pub mod patch;
-pub mod probe;
 pub mod process;
+pub mod session;
 
 pub use error::{Error, Result};

@@ -9,13 +9,13 @@
 //! not wall time: the machines these run on are shared, and a preempted
 //! sample would otherwise measure someone else's work.
 //!
-//! `cargo bench -p papirus-dyninst --bench probe -- --warm-up-time 1 --measurement-time 2`
+//! `cargo bench -p papirus-probe --bench probe -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::Criterion;
-use papirus_dyninst::probe::cost::{Body, Drive, Target, Tiny, cpu_time, ns_per_call};
+use papirus_probe::session::cost::{Body, Drive, Target, Tiny, cpu_time, ns_per_call};
 use papirus_probe_abi::Probe;
 
 fn bench(c: &mut Criterion, name: &str, drive: Drive, f: Tiny) {

@@ -13,8 +13,8 @@ use std::time::Duration;
 use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 use papirus_calibrate::CostFile;
-use papirus_dyninst::probe::{self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, View};
-use papirus_dyninst::process::Exit;
+use papirus_probe::process::Exit;
+use papirus_probe::session::{self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, View};
 
 use crate::output::{self, Failure, note};
 
@@ -64,16 +64,16 @@ pub struct ProbeArgs {
 
 impl ProbeArgs {
     /// The probe, its event names, the selection and the runtime library.
-    fn parts(&self) -> Result<(probe::Probe, Vec<String>, Selection, PathBuf), Failure> {
-        let p = probe::parse_probe(&self.probe)?;
-        let events = probe::expand_events(&self.events)?;
-        probe::check_events(p, &events)?;
+    fn parts(&self) -> Result<(session::Probe, Vec<String>, Selection, PathBuf), Failure> {
+        let p = session::parse_probe(&self.probe)?;
+        let events = session::expand_events(&self.events)?;
+        session::check_events(p, &events)?;
         let sel = Selection {
             modules: self.module.clone(),
             functions: expand_globs(&self.functions)?,
             exclude: expand_globs(&self.exclude)?,
         };
-        Ok((p, events, sel, probe::find_runtime()?))
+        Ok((p, events, sel, session::find_runtime()?))
     }
 }
 
@@ -276,7 +276,7 @@ fn cost_view(
     view: &mut View,
 ) -> Result<(), Failure> {
     let Some((path, costs)) = costs else { return Ok(()) };
-    let p = probe::calibrate::predict(&costs, report).map_err(|e| format!("{}: {e}", path.display()))?;
+    let p = session::calibrate::predict(&costs, report).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut source = format!("{}, row {}", path.display(), p.row);
     if let Some(n) = &p.note {
         source.push_str(&format!("; {n}"));
@@ -294,7 +294,7 @@ fn show(
     mut view: View,
     full: bool,
 ) -> Result<(), Failure> {
-    let r = probe::read_report(&file.path)?;
+    let r = session::read_report(&file.path)?;
     cost_view(costs, probe.subtract_cost, &r, &mut view)?;
     if let Some(o) = &probe.output {
         view.notes.push(("JSON report".into(), o.display().to_string()));
@@ -305,12 +305,12 @@ fn show(
             view.notes.push(("process".into(), format!("pid {} (parent {}): {}", p.pid, p.parent, p.ended)));
         }
     }
-    let text = if full { probe::format_report(&r, &view) } else { probe::format_summary(&r, &view) };
+    let text = if full { session::format_report(&r, &view) } else { session::format_summary(&r, &view) };
     output::stderr(&text)
 }
 
 /// The report's measurement window as a header line.
-fn window_note(w: &probe::Window) -> (String, String) {
+fn window_note(w: &session::Window) -> (String, String) {
     let secs = |ns: u64| ns as f64 / 1e9;
     let value = format!(
         "{:.6} s, Unix time {:.6} to {:.6}",
@@ -345,7 +345,7 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         runtime,
         per_thread: args.probe.per_thread,
     };
-    let s = probe::run(&opts)?;
+    let s = session::run(&opts)?;
     let mut view = args.view.view(None);
     let ended = if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() };
     view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
@@ -404,7 +404,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         runtime,
         per_thread: args.probe.per_thread,
     };
-    let attached = probe::attach(&opts, &STOP);
+    let attached = session::attach(&opts, &STOP);
     let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
     if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
         note(&format!("papirus-probe: {sig} received: pid {} restored and detached", args.pid));
@@ -450,10 +450,10 @@ fn reraise(sig: Signal) -> ! {
 
 /// `papirus-probe report`: the full report on stdout.
 pub fn report(args: &ReportArgs) -> Result<u8, Failure> {
-    let r = probe::read_report(&args.file)?;
+    let r = session::read_report(&args.file)?;
     let mut view = args.view.view(args.thread);
     cost_view(load_costs(args.costs.as_deref())?, args.subtract_cost, &r, &mut view)?;
-    output::stdout(&probe::format_report(&r, &view))?;
+    output::stdout(&session::format_report(&r, &view))?;
     Ok(0)
 }
 

@@ -8,8 +8,8 @@ use clap::{Args, Parser, Subcommand};
 
 #[path = "papirus-probe/instrument.rs"]
 mod instrument;
-use papirus_dyninst::inventory::{Function, Inventory, Module, Patchability, Plt, glob_match};
-use papirus_dyninst::probe::MAIN_MODULE;
+use papirus_probe::inventory::{Function, Inventory, Module, Patchability, Plt, glob_match};
+use papirus_probe::session::MAIN_MODULE;
 use serde::Serialize;
 
 /// Version of the `--json` output of `list`; bumped on incompatible changes.
@@ -155,7 +155,7 @@ fn main() -> ExitCode {
             return papirus_calibrate::cli::main_with_args(
                 "papirus-probe calibrate",
                 args,
-                papirus_dyninst::probe::calibrate::register,
+                papirus_probe::session::calibrate::register,
             );
         }
         Command::List(args) => list(&args).map(|()| 0),
@@ -176,7 +176,7 @@ mod output {
     use std::io::Write;
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    use papirus_dyninst::probe::ProbeError;
+    use papirus_probe::session::ProbeError;
 
     pub type Failure = Box<dyn std::error::Error>;
 
@@ -286,9 +286,9 @@ mod output {
         }
         note(&format!("papirus-probe: error: {e}"));
         match e.downcast_ref::<ProbeError>() {
-            Some(ProbeError::Dyninst(papirus_dyninst::Error::MissingProgram { .. })) => EXIT_NOT_FOUND,
-            Some(ProbeError::Dyninst(
-                papirus_dyninst::Error::NotElf { .. } | papirus_dyninst::Error::Spawn { .. },
+            Some(ProbeError::Process(papirus_probe::Error::MissingProgram { .. })) => EXIT_NOT_FOUND,
+            Some(ProbeError::Process(
+                papirus_probe::Error::NotElf { .. } | papirus_probe::Error::Spawn { .. },
             )) => EXIT_CANNOT_EXECUTE,
             _ => EXIT_FAILED,
         }
@@ -341,7 +341,7 @@ fn list(args: &ListArgs) -> Result<(), Failure> {
     for missing in &inventory.unresolved {
         output::note(&format!(
             "papirus-probe: warning: left out: {}",
-            papirus_dyninst::probe::escape(missing)
+            papirus_probe::session::escape(missing)
         ));
     }
     // Built whole, then written once: a write error is reported as such.
@@ -402,7 +402,7 @@ fn write_module_table(
 ) -> std::io::Result<()> {
     let funcs: Vec<&Function> =
         m.functions.iter().filter(|f| wanted(&f.name, f.demangled.as_deref())).collect();
-    write!(out, "{}  ({}", papirus_dyninst::probe::escape(&m.path.display().to_string()), m.kind)?;
+    write!(out, "{}  ({}", papirus_probe::session::escape(&m.path.display().to_string()), m.kind)?;
     if m.base.is_some() {
         write!(out, ", load bias {:#x}", m.load_bias)?;
     }
@@ -432,7 +432,7 @@ fn write_module_table(
             let p: &Patchability = m.patchability(f);
             write!(out, "{:<40}  ", p.to_string())?;
         }
-        writeln!(out, "{}", papirus_dyninst::probe::escape(&f.versioned_name()))?;
+        writeln!(out, "{}", papirus_probe::session::escape(&f.versioned_name()))?;
     }
     if args.plt {
         let stubs: Vec<&Plt> = m.plt.iter().filter(|p| wanted(&p.name, None)).collect();
@@ -443,7 +443,7 @@ fn write_module_table(
                 "  {:#018x}  {:<8}  {}@plt  (GOT slot {:#x})",
                 p.address,
                 p.section,
-                papirus_dyninst::probe::escape(&p.name),
+                papirus_probe::session::escape(&p.name),
                 p.got
             )?;
         }

@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use papirus_dyninst::inventory::{Inventory, Patchability, Reason};
+use papirus_probe::inventory::{Inventory, Patchability, Reason};
 use papirus_substrate::elf::{ElfFile, SymbolKind};
 use serde_json::Value;
 

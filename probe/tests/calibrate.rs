@@ -8,7 +8,7 @@
 use std::process::Command;
 
 use papirus_calibrate::CostFile;
-use papirus_dyninst::probe::calibrate::{
+use papirus_probe::session::calibrate::{
     COUNTERS, EMPTY, ROWS, UFTRACE, UNINSTRUMENTED, UPROBE_NOP5, UPROBE_TYPICAL, WALLCLOCK,
 };
 

@@ -14,9 +14,7 @@ use std::sync::{Mutex, OnceLock};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory};
 use object::{Object, ObjectSymbol, SymbolKind};
-use papirus_dyninst::patch::{
-    CATCH_BEGIN, FunctionSpec, LocalSpace, Patcher, Refusal, Refused, UNWIND_BEGIN,
-};
+use papirus_probe::patch::{CATCH_BEGIN, FunctionSpec, LocalSpace, Patcher, Refusal, Refused, UNWIND_BEGIN};
 use papirus_probe_runtime as rt;
 
 fn build(src: &str, out: &str, cxx: bool, extra: &[&str]) -> PathBuf {
@@ -627,7 +625,7 @@ fn hooks_use_no_vector_registers_or_libc() {
 /// … and in the shared library papirus-probe loads into targets.
 #[test]
 fn the_runtime_library_uses_no_vector_registers_or_libc() {
-    let path = papirus_dyninst::probe::find_runtime().expect("the runtime is built with papirus-dyninst");
+    let path = papirus_probe::session::find_runtime().expect("the runtime is built with papirus-probe");
     let data = std::fs::read(&path).unwrap();
     let obj = object::File::parse(&*data).unwrap();
     let sym = |n: &str| {
