@@ -8,9 +8,11 @@
 //!   flamegraph.pl, speedscope and Perfetto;
 //! - [`flamegraph`]: a flame graph SVG drawn by the `inferno` crate;
 //! - [`pprof`]: `profile.proto`, gzip-compressed, read by `go tool pprof`,
-//!   speedscope and Perfetto.
+//!   speedscope and Perfetto;
+//! - [`output`]: writing any of them atomically, never through a planted link.
 #![forbid(unsafe_code)]
 
 pub mod flamegraph;
 pub mod folded;
+pub mod output;
 pub mod pprof;

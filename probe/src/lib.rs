@@ -4,7 +4,6 @@
 
 pub mod error;
 pub mod inventory;
-pub mod output;
 pub mod patch;
 pub mod process;
 pub mod session;

@@ -77,7 +77,7 @@ pub struct AttachSummary {
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
-    crate::output::check_writable(&opts.output)?;
+    papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait
     // only for the patching; read again once it is stopped if its code

@@ -131,7 +131,7 @@ pub enum ProbeError {
     },
     /// The report cannot be written.
     #[error(transparent)]
-    Output(#[from] crate::output::OutputError),
+    Output(#[from] papirus_formats::output::OutputError),
     /// `run` could not instrument the program it started, so it killed it.
     #[error("{reason}; the program (pid {pid}) was killed")]
     Killed {

@@ -287,6 +287,6 @@ pub(super) fn other_process_state(pid: u32) -> String {
 /// Writes `report` to `path` atomically.
 pub(super) fn write(path: &std::path::Path, report: &Report) -> Result<(), ProbeError> {
     let text = serde_json::to_vec_pretty(report).map_err(|e| ProbeError::Events(e.to_string()))?;
-    crate::output::write_atomic(path, &text)?;
+    papirus_formats::output::write_atomic(path, &text)?;
     Ok(())
 }
