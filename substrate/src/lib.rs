@@ -10,6 +10,7 @@ pub mod arch;
 pub mod attr;
 pub mod catalog;
 pub mod clock;
+pub mod command;
 pub mod demangle;
 pub mod elf;
 pub mod error;
