@@ -29,8 +29,8 @@ use papirus_substrate::{Counter, Target as CountTarget, parse_event};
 
 use crate::patch::{FunctionSpec, LocalSpace, PatchError, Patcher};
 
-/// The C source of the target library (`tests/targets/probe_bench.c`).
-pub const SOURCE: &str = include_str!("../../tests/targets/probe_bench.c");
+/// The C source of the target library (`probe_bench.c` beside this file).
+pub const SOURCE: &str = include_str!("probe_bench.c");
 
 /// `int f(int, int)`: every measured body.
 pub type Tiny = extern "C" fn(i32, i32) -> i32;

@@ -9,7 +9,6 @@
 //! [`RUNTIME_PLACES`]); `$PAPIRUS_PROBE_RUNTIME` overrides.
 
 mod attach;
-pub mod calibrate;
 pub mod cost;
 mod patching;
 mod release;

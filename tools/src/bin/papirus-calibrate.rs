@@ -3,5 +3,5 @@
 
 fn main() -> std::process::ExitCode {
     papirus_substrate::sys::default_sigpipe();
-    papirus_calibrate::cli::main_with(|_| {})
+    papirus_tools::calibrate::main_with(|_| {})
 }

@@ -13,10 +13,10 @@ use papirus_substrate::arch;
 use papirus_substrate::clock::clock;
 use papirus_substrate::hwinfo::HwInfo;
 
-use crate::costfile::{Check, CostFile, FORMAT_VERSION, Outcome};
-use crate::measure::{Cost, Plan, Ticks};
-use crate::rows::{Registry, Unavailable};
-use crate::validate::{self, Sizes};
+use papirus_calibrate::costfile::{Check, CostFile, FORMAT_VERSION, Outcome};
+use papirus_calibrate::measure::{Cost, Plan, Ticks};
+use papirus_calibrate::rows::{Registry, Unavailable};
+use papirus_calibrate::validate::{self, Sizes};
 
 const ABOUT: &str = "What each papirus primitive costs on this machine, and proof that counts are right.";
 

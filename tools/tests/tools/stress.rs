@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const STRESS_SRC: &str = include_str!("targets/stress.c");
+const STRESS_SRC: &str = include_str!("../../../testkit/targets/stress.c");
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
 
 fn rounds(var: &str, default: usize) -> usize {

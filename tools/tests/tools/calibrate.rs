@@ -43,8 +43,11 @@ fn quick_json_validates_against_the_schema_and_round_trips() {
     assert!(ok);
     let text = std::fs::read_to_string(&path).unwrap();
     let instance: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let schema_text =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/schema/costfile.schema.json")).unwrap();
+    let schema_text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../calibrate/schema/costfile.schema.json"
+    ))
+    .unwrap();
     let schema: serde_json::Value = serde_json::from_str(&schema_text).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
     let errors: Vec<String> =

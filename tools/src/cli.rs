@@ -21,8 +21,8 @@ impl Display for Failure {
     }
 }
 
-impl From<crate::Error> for Failure {
-    fn from(e: crate::Error) -> Self {
+impl From<papirus_lowlevel::Error> for Failure {
+    fn from(e: papirus_lowlevel::Error) -> Self {
         Failure(e.to_string())
     }
 }

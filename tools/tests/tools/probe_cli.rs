@@ -5,7 +5,7 @@
 //! directory.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use tempfile::TempDir;
@@ -30,7 +30,7 @@ fn gcc(args: &[&std::ffi::OsStr]) {
 
 fn build() -> Built {
     let dir = tempfile::tempdir().unwrap();
-    let targets = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets");
+    let targets = papirus_testkit::target("");
     let lib = dir.path().join("libcli.so");
     let program = dir.path().join("cli_program");
     gcc(&[
@@ -357,15 +357,8 @@ fn assert_consistent(what: &str, report: &str) {
 #[test]
 fn printed_reports_keep_inclusive_above_exclusive() {
     let dir = tempfile::tempdir().unwrap();
-    let targets = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets");
     let program = dir.path().join("probe_program");
-    gcc(&[
-        "-O2".as_ref(),
-        "-pthread".as_ref(),
-        "-o".as_ref(),
-        program.as_ref(),
-        targets.join("probe_program.c").as_ref(),
-    ]);
+    gcc(&["-O2".as_ref(), "-pthread".as_ref(), "-o".as_ref(), program.as_ref(), crate::util::DEMO.as_ref()]);
     // Recursion, longjmp and threads.
     let o = probe().args(["run", "--full", "--wide", "--"]).arg(&program).output().unwrap();
     let err = text(&o.stderr);

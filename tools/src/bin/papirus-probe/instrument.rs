@@ -155,7 +155,7 @@ pub struct DemoArgs {
 
 /// The bundled example: nested calls, recursion, several return paths, a
 /// tail call, many arguments, threads and a longjmp.
-const DEMO_SOURCE: &str = include_str!("../../../tests/targets/probe_program.c");
+const DEMO_SOURCE: &str = include_str!("demo.c");
 
 /// `papirus-probe demo`: builds the bundled example with gcc and runs it
 /// instrumented, as `run` would.
@@ -276,7 +276,8 @@ fn cost_view(
     view: &mut View,
 ) -> Result<(), Failure> {
     let Some((path, costs)) = costs else { return Ok(()) };
-    let p = session::calibrate::predict(&costs, report).map_err(|e| format!("{}: {e}", path.display()))?;
+    let p = papirus_tools::probe_costs::predict(&costs, report)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut source = format!("{}, row {}", path.display(), p.row);
     if let Some(n) = &p.note {
         source.push_str(&format!("; {n}"));

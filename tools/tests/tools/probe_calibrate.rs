@@ -8,7 +8,7 @@
 use std::process::Command;
 
 use papirus_calibrate::CostFile;
-use papirus_probe::session::calibrate::{
+use papirus_tools::probe_costs::{
     COUNTERS, EMPTY, ROWS, UFTRACE, UNINSTRUMENTED, UPROBE_NOP5, UPROBE_TYPICAL, WALLCLOCK,
 };
 
@@ -146,7 +146,7 @@ fn run_with_a_cost_file_predicts_the_overhead() {
     let built = Command::new("gcc")
         .args(["-O2", "-pthread", "-o"])
         .arg(&program)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/targets/probe_program.c"))
+        .arg(crate::util::DEMO)
         .status()
         .unwrap();
     assert!(built.success());
@@ -162,7 +162,7 @@ fn run_with_a_cost_file_predicts_the_overhead() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    let r: papirus_probe_runtime::Report = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let r: papirus_probe_abi::Report = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let calls: u64 = r.threads.iter().flat_map(|t| &t.functions).map(|f| f.calls).sum();
     // The prediction is a header line of the profile, on stderr.
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use clap::Parser;
 use papirus_lowlevel::avail::FORMAT_VERSION;
-use papirus_lowlevel::cli::{Failure, parse_millis, parse_seconds};
 use papirus_lowlevel::{EventSet, Granularity, Library, Value, init, real_nsec};
 use papirus_substrate::names::{self, split_event_list};
+use papirus_tools::cli::{Failure, parse_millis, parse_seconds};
 use serde::Serialize;
 use serde_json::json;
 
@@ -291,7 +291,7 @@ fn create_output(path: &std::path::Path) -> Result<std::fs::File, Failure> {
 }
 
 fn main() -> ExitCode {
-    papirus_lowlevel::cli::run_tool("papirus-stat", || run(&Args::parse()))
+    papirus_tools::cli::run_tool("papirus-stat", || run(&Args::parse()))
 }
 
 fn run(args: &Args) -> Result<ExitCode, Failure> {

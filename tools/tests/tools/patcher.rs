@@ -10,10 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use object::{Object, ObjectSegment, ObjectSymbol};
-use papirus_probe_runtime as rt;
+use papirus_probe_abi as rt;
 
 fn build(dir: &Path, src: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets").join(src);
+    let src = papirus_testkit::target(src);
     let out = dir.join(src.file_stem().unwrap());
     let ok = Command::new("gcc").args(["-O2", "-o"]).arg(&out).arg(&src).args(extra).status().unwrap();
     assert!(ok.success(), "building {}", src.display());

@@ -7,7 +7,7 @@ use clap::Parser;
 use papirus_lowlevel::avail::{FORMAT_VERSION, PresetStatus, native_statuses};
 use papirus_lowlevel::preset::{Term, preset_by_name};
 use papirus_lowlevel::{Library, init};
-use papirus_lowlevel::{out, outln};
+use papirus_tools::{out, outln};
 use serde_json::json;
 
 const EXAMPLES: &str = "Examples:
@@ -34,12 +34,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_lowlevel::cli::run_tool("papirus-avail", || {
+    papirus_tools::cli::run_tool("papirus-avail", || {
         let args = Args::parse();
         let mut w = String::new();
         let code = run(&args, &mut w)?;
-        papirus_lowlevel::cli::print(&w)?;
-        Ok::<_, papirus_lowlevel::cli::Failure>(code)
+        papirus_tools::cli::print(&w)?;
+        Ok::<_, papirus_tools::cli::Failure>(code)
     })
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use papirus_lowlevel::avail::{FORMAT_VERSION, native_statuses};
-use papirus_lowlevel::outln;
+use papirus_tools::outln;
 use serde_json::json;
 
 const EXAMPLES: &str = "Examples:
@@ -45,12 +45,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_lowlevel::cli::run_tool("papirus-native-avail", || {
+    papirus_tools::cli::run_tool("papirus-native-avail", || {
         let args = Args::parse();
         let mut w = String::new();
         let code = run(&args, &mut w)?;
-        papirus_lowlevel::cli::print(&w)?;
-        Ok::<_, papirus_lowlevel::cli::Failure>(code)
+        papirus_tools::cli::print(&w)?;
+        Ok::<_, papirus_tools::cli::Failure>(code)
     })
 }
 

@@ -229,7 +229,7 @@ fn tool(args: &[&OsStr], cwd: &Path, limit: Duration, what: &str) -> Output {
 
 /// Builds `tests/targets/SRC` into `dir` with gcc.
 fn gcc(dir: &Path, src: &str, out: &str, extra: &[&str]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets").join(src);
+    let src = crate::util::source(src);
     let exe = dir.join(out);
     let o =
         Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src).args(extra).output().expect("gcc runs");
@@ -671,7 +671,7 @@ fn another_mount_namespace_libc_is_the_targets() {
 /// through `tempfile` (private, unpredictable), and nothing else belongs there.
 #[test]
 fn no_temp_directory_paths_in_the_source() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = crate::util::workspace();
     let mut found = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {

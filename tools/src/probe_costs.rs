@@ -18,7 +18,7 @@ use std::rc::Rc;
 use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult};
 use papirus_probe_abi::Probe;
 
-use super::cost::{self, Body, Target, Tiny};
+use papirus_probe::session::cost::{self, Body, Target, Tiny};
 
 /// The uninstrumented call.
 pub const UNINSTRUMENTED: &str = "probe.uninstrumented_call";

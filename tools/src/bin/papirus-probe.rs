@@ -152,10 +152,10 @@ fn main() -> ExitCode {
         Command::Calibrate { args } => {
             // papirus-calibrate prints with print!: a closed pipe ends it by SIGPIPE as before.
             papirus_substrate::sys::default_sigpipe();
-            return papirus_calibrate::cli::main_with_args(
+            return papirus_tools::calibrate::main_with_args(
                 "papirus-probe calibrate",
                 args,
-                papirus_probe::session::calibrate::register,
+                papirus_tools::probe_costs::register,
             );
         }
         Command::List(args) => list(&args).map(|()| 0),

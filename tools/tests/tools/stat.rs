@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-use crate::util::{serial, tool};
+use crate::util::tool;
 
 /// `prog N PAGES MS`: calls `solve` N times, makes N write(2) calls (to a
 /// bad descriptor: counted by the tracepoint, nothing printed), touches
@@ -112,7 +112,6 @@ fn run(cmd: &mut Command) -> Output {
 /// both CSV outputs with perf's columns.
 #[test]
 fn stat_agrees_with_perf_stat_on_the_same_command() {
-    let _g = serial();
     let Some(perf) = find_perf() else { return };
     if let Err(why) = papirus_substrate::names::ensure_tracefs() {
         eprintln!("SKIP: {why}");
@@ -183,7 +182,6 @@ fn stat_agrees_with_perf_stat_on_the_same_command() {
 
 #[test]
 fn stat_repeats_intervals_and_atomic_groups() {
-    let _g = serial();
     let dir = tempfile::tempdir().unwrap();
     let bin = build(dir.path());
     // -r 5: means with their spread.
@@ -232,7 +230,6 @@ fn stat_repeats_intervals_and_atomic_groups() {
 /// refused with the kernel's reason.
 #[test]
 fn stat_propagates_exit_codes_and_refuses_bad_input() {
-    let _g = serial();
     let o = run(tool("papirus-stat").args(["-e", "task-clock", "--", "sh", "-c", "exit 5"]));
     assert_eq!(o.status.code(), Some(5));
     let o = run(tool("papirus-stat").args(["-e", "task-clock", "--", "sh", "-c", "kill -SEGV $$"]));
@@ -281,7 +278,6 @@ fn stat_output_is_never_written_through_a_link() {
 /// executable: one breakpoint hit per loop round, as many as its write(2)s.
 #[test]
 fn stat_resolves_symbols_in_a_running_process() {
-    let _g = serial();
     if let Err(why) = papirus_substrate::names::ensure_tracefs() {
         eprintln!("SKIP: {why}");
         return;
@@ -314,7 +310,6 @@ fn stat_resolves_symbols_in_a_running_process() {
 /// -a and -C count CPUs when this user may (root, or perf_event_paranoid ≤ 0).
 #[test]
 fn stat_counts_cpus_system_wide() {
-    let _g = serial();
     let o = run(tool("papirus-stat").args(["-C", "0", "-x,", "-e", "cpu-clock", "--", "sleep", "0.05"]));
     let err = String::from_utf8_lossy(&o.stderr);
     if !o.status.success() {

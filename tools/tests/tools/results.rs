@@ -15,7 +15,7 @@ fn target() -> &'static Path {
     static T: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
     &T.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/targets/results_target.c");
+        let src = papirus_testkit::target("results_target.c");
         let exe = dir.path().join("results_target");
         let ok = Command::new("gcc")
             .args(["-O2", "-pthread", "-fcf-protection=none", "-o"])

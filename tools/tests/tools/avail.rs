@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::util::{serial, tool, work};
+use crate::util::{tool, work};
 
 #[test]
 fn avail_lists_every_preset_with_a_reason_and_what_the_machine_offers() {
@@ -76,7 +76,6 @@ fn native_avail_checks_what_counts() {
 
 #[test]
 fn stat_counts_a_running_process_and_reports_bad_input() {
-    let _g = serial();
     let mut child = Command::new(work()).args(["100", "2000"]).spawn().unwrap();
     // The kernel's own CPU time of the child (ns) around the tool's window.
     let schedstat = |pid: u32| -> f64 {
@@ -171,7 +170,6 @@ fn no_panic(what: &str, o: &std::process::Output) {
 /// that goes away ends a tool by SIGPIPE, as perf ends.
 #[test]
 fn every_tool_survives_a_full_closed_or_short_stdout() {
-    let _g = serial();
     for (name, path, args) in every_tool() {
         let Some(path) = path else {
             eprintln!("SKIP {name}: not built by this test run (cargo test --workspace builds it)");
