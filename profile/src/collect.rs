@@ -9,7 +9,8 @@
 //! many there were when it was read, and resolves against the newest of
 //! those that covers its address. A sample read before the MMAP2 record of
 //! its (new) mapping, which sits in another CPU's ring, falls back to the
-//! mappings added after it.
+//! mappings added after it; one read before the FORK record of its process
+//! resolves in the address space that record creates.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -86,6 +87,7 @@ pub struct Collector {
     scratch: Vec<u64>,
     spaces: Vec<Space>,
     space_of: HashMap<u32, u32>,
+    first_space_of: HashMap<u32, u32>,
     files: HashMap<FileId, Result<Arc<ElfFile>, String>>,
     counts: HashMap<Key, Counts>,
     threads: HashMap<u32, Thread>,
@@ -119,6 +121,7 @@ impl Collector {
         let id = self.spaces.len() as u32;
         self.spaces.push(space);
         self.space_of.insert(pid, id);
+        self.first_space_of.entry(pid).or_insert(id);
         id
     }
 
@@ -204,7 +207,12 @@ impl Collector {
 
     fn fork(&mut self, t: &Task) {
         let comm = self.threads.get(&t.ptid).map(|p| p.comm.clone()).unwrap_or_default();
-        self.threads.entry(t.tid).or_insert(Thread { pid: t.pid, tid: t.tid, comm });
+        // Its samples may have been read first (another CPU's ring), with no name.
+        let thread =
+            self.threads.entry(t.tid).or_insert(Thread { pid: t.pid, tid: t.tid, comm: String::new() });
+        if thread.comm.is_empty() {
+            thread.comm = comm;
+        }
         if t.pid != t.ppid {
             // A new process starts with a copy of its parent's mappings.
             let parent = self.space_of.get(&t.ppid).map(|&s| self.spaces[s as usize].clone());
@@ -247,8 +255,14 @@ impl Collector {
         let mut merged: HashMap<(u32, u32, u32), Counts> = HashMap::new();
         let mut resolved_cache: HashMap<(u32, SpaceAt), u32> = HashMap::new();
         for (key, counts) in &self.counts {
-            let id = *resolved_cache.entry((key.stack, key.space)).or_insert_with(|| {
-                let frames = s.stack(&self.stacks[key.stack as usize], key.space);
+            // A sample read before its process' FORK record (another CPU's
+            // ring) resolves in the address space that record made.
+            let space = key.space.or_else(|| {
+                let sp = *self.first_space_of.get(&key.pid)?;
+                Some((sp, self.spaces[sp as usize].entries.len() as u32))
+            });
+            let id = *resolved_cache.entry((key.stack, space)).or_insert_with(|| {
+                let frames = s.stack(&self.stacks[key.stack as usize], space);
                 let next = stack_ids.len() as u32;
                 *stack_ids.entry(frames.clone()).or_insert_with(|| {
                     stacks.push(frames);
