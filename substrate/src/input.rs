@@ -181,7 +181,7 @@ pub fn read_module(pid: i32, m: &Mapping, limit: u64) -> Result<Option<Vec<u8>>,
 /// process sees it; the caller's device/inode check refuses any file but
 /// the one that was mapped.
 fn open_gone(m: &Mapping) -> std::io::Result<(File, PathBuf)> {
-    let path = PathBuf::from(m.file().ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?);
+    let path = m.file().ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
     let handle =
         std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&path)?;
     Ok((handle, path))
