@@ -249,7 +249,13 @@ impl Collector {
 
     /// Resolves every sampled address and returns what a recording keeps.
     pub fn finish(self) -> Symbolized {
-        let mut s = Symbolizer { c: &self, frames: Vec::new(), frame_ids: HashMap::new(), kallsyms: None };
+        let mut s = Symbolizer {
+            c: &self,
+            frames: Vec::new(),
+            frame_ids: HashMap::new(),
+            by_address: HashMap::new(),
+            kallsyms: None,
+        };
         let mut stacks: Vec<Vec<u32>> = Vec::new();
         let mut stack_ids: HashMap<Vec<u32>, u32> = HashMap::new();
         let mut merged: HashMap<(u32, u32, u32), Counts> = HashMap::new();
@@ -304,6 +310,8 @@ struct Symbolizer<'a> {
     c: &'a Collector,
     frames: Vec<Frame>,
     frame_ids: HashMap<Frame, u32>,
+    /// Frames already resolved: (address space, context marker, address).
+    by_address: HashMap<(SpaceAt, u64, u64), u32>,
     kallsyms: Option<Kallsyms>,
 }
 
@@ -323,8 +331,16 @@ impl Symbolizer<'_> {
             // the rest are return addresses, whose call is the byte before.
             let at = if first { a } else { a.saturating_sub(1) };
             first = false;
-            let frame = self.frame(context, at, space);
-            out.push(self.intern(frame));
+            let id = match self.by_address.get(&(space, context, at)) {
+                Some(&id) => id,
+                None => {
+                    let frame = self.frame(context, at, space);
+                    let id = self.intern(frame);
+                    self.by_address.insert((space, context, at), id);
+                    id
+                }
+            };
+            out.push(id);
         }
         out.reverse();
         out
