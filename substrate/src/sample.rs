@@ -78,6 +78,12 @@ flag_set! {
         RAW = b::PERF_SAMPLE_RAW;
         /// The event id, first in the record.
         IDENTIFIER = b::PERF_SAMPLE_IDENTIFIER;
+        /// The user-space registers named by [`Sampling::user_regs`], as
+        /// they were when the thread last left user space.
+        REGS_USER = b::PERF_SAMPLE_REGS_USER;
+        /// A copy of the top of the user stack ([`Sampling::user_stack`]
+        /// bytes), for unwinding without frame pointers.
+        STACK_USER = b::PERF_SAMPLE_STACK_USER;
     }
 }
 
@@ -104,6 +110,8 @@ pub struct SampleLayout {
     pub sample_type: SampleType,
     /// The `read_format` the event was opened with.
     pub read_format: ReadFormat,
+    /// The `sample_regs_user` mask: which registers [`SampleType::REGS_USER`] carries.
+    pub regs_user: u64,
 }
 
 /// Values a sample read from the event or its group.
@@ -208,6 +216,41 @@ pub struct Sample<'a> {
     pub callchain: Option<Callchain<'a>>,
     /// [`SampleType::RAW`].
     pub raw: Option<&'a [u8]>,
+    /// [`SampleType::REGS_USER`]; `None` also when the thread had no user
+    /// state to report (a kernel thread).
+    pub regs_user: Option<UserRegs<'a>>,
+    /// [`SampleType::STACK_USER`]: the bytes copied from the user stack
+    /// pointer upward (the kernel's `dyn_size`; empty when none could be).
+    pub stack_user: Option<&'a [u8]>,
+}
+
+/// User registers of a sample, in `sample_regs_user` bit order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegs<'a> {
+    mask: u64,
+    values: &'a [u8],
+}
+
+/// Register numbers of `sample_regs_user` on x86-64 (`enum perf_event_x86_regs`).
+pub mod x86_regs {
+    /// `rbp`
+    pub const BP: u32 = 6;
+    /// `rsp`
+    pub const SP: u32 = 7;
+    /// `rip`
+    pub const IP: u32 = 8;
+}
+
+impl UserRegs<'_> {
+    /// The value of register `reg` (a bit number of the mask), if sampled.
+    pub fn get(&self, reg: u32) -> Option<u64> {
+        if reg >= 64 || self.mask & (1 << reg) == 0 {
+            return None;
+        }
+        let i = (self.mask & ((1u64 << reg) - 1)).count_ones() as usize;
+        let b = self.values.get(i * 8..i * 8 + 8)?;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
+    }
 }
 
 /// THROTTLE and UNTHROTTLE bodies.
@@ -463,6 +506,20 @@ fn parse_sample<'a>(c: &mut Cursor<'a>, misc: u16, layout: &SampleLayout) -> Res
         let n = c.u32()? as usize;
         s.raw = Some(c.take(n)?);
     }
+    if has(SampleType::REGS_USER) {
+        // abi 0 (PERF_SAMPLE_REGS_ABI_NONE): no registers follow.
+        if c.u64()? != 0 {
+            let n = layout.regs_user.count_ones() as usize;
+            s.regs_user = Some(UserRegs { mask: layout.regs_user, values: c.take(n * 8)? });
+        }
+    }
+    if has(SampleType::STACK_USER) {
+        let size = c.count(1)?;
+        let data = c.take(size)?;
+        // dyn_size follows only a non-empty copy: how much of it is valid.
+        let valid = if size == 0 { 0 } else { usize::try_from(c.u64()?).unwrap_or(usize::MAX).min(size) };
+        s.stack_user = Some(&data[..valid]);
+    }
     Ok(s)
 }
 
@@ -515,6 +572,9 @@ pub struct Sampling {
     read_format: ReadFormat,
     wakeup_events: u32,
     precise_ip: u8,
+    regs_user: u64,
+    stack_user: u32,
+    exclude_callchain_user: bool,
     mmap_records: bool,
     task_records: bool,
     data_pages: usize,
@@ -536,6 +596,9 @@ impl Sampling {
             read_format: ReadFormat::default(),
             wakeup_events: 1,
             precise_ip: 0,
+            regs_user: 0,
+            stack_user: 0,
+            exclude_callchain_user: false,
             mmap_records: false,
             task_records: false,
             data_pages: 8,
@@ -557,6 +620,24 @@ impl Sampling {
     /// leaves the kernel's default (a wakeup when the ring is half full).
     pub fn wakeup_events(&mut self, n: u32) -> &mut Self {
         self.wakeup_events = n;
+        self
+    }
+    /// The user registers (`1 << x86_regs::IP | …`) each sample carries
+    /// with [`SampleType::REGS_USER`].
+    pub fn user_regs(&mut self, mask: u64) -> &mut Self {
+        self.regs_user = mask;
+        self
+    }
+    /// Bytes of user stack each sample copies with [`SampleType::STACK_USER`]
+    /// (a multiple of 8; a record must stay under 64 KiB).
+    pub fn user_stack(&mut self, bytes: u32) -> &mut Self {
+        self.stack_user = bytes;
+        self
+    }
+    /// Leaves the user part out of [`SampleType::CALLCHAIN`] (when user
+    /// frames come from [`SampleType::STACK_USER`] instead).
+    pub fn exclude_callchain_user(&mut self, on: bool) -> &mut Self {
+        self.exclude_callchain_user = on;
         self
     }
     /// Skid constraint, 0 (arbitrary skid) to 3 (zero skid); PMU dependent.
@@ -589,7 +670,11 @@ impl Sampling {
     }
     /// The record layout this configuration produces.
     pub fn layout(&self) -> SampleLayout {
-        SampleLayout { sample_type: self.sample_type, read_format: self.read_format }
+        SampleLayout {
+            sample_type: self.sample_type,
+            read_format: self.read_format,
+            regs_user: self.regs_user,
+        }
     }
 
     const SUPPORTED: u64 = b::PERF_SAMPLE_IP as u64
@@ -603,7 +688,9 @@ impl Sampling {
         | b::PERF_SAMPLE_PERIOD as u64
         | b::PERF_SAMPLE_STREAM_ID as u64
         | b::PERF_SAMPLE_RAW as u64
-        | b::PERF_SAMPLE_IDENTIFIER as u64;
+        | b::PERF_SAMPLE_IDENTIFIER as u64
+        | b::PERF_SAMPLE_REGS_USER as u64
+        | b::PERF_SAMPLE_STACK_USER as u64;
 
     /// Checks what the kernel would refuse with a bare EINVAL, or what
     /// papirus could not parse.
@@ -620,6 +707,19 @@ impl Sampling {
             return bad(format!(
                 "sample_type bits {:#x} are not parsed by papirus",
                 self.sample_type.0 & !Self::SUPPORTED
+            ));
+        }
+        if self.sample_type.contains(SampleType::REGS_USER) && self.regs_user == 0 {
+            return bad("REGS_USER needs a register mask (Sampling::user_regs)".into());
+        }
+        if self.sample_type.contains(SampleType::STACK_USER)
+            && (self.stack_user == 0
+                || !self.stack_user.is_multiple_of(8)
+                || self.stack_user >= u32::from(u16::MAX))
+        {
+            return bad(format!(
+                "a user stack copy of {} bytes: give a multiple of 8 between 8 and 65528",
+                self.stack_user
             ));
         }
         if self.data_pages == 0 || !self.data_pages.is_power_of_two() {
@@ -647,6 +747,9 @@ impl Sampling {
             a.set_watermark(0);
         }
         a.set_precise_ip(u64::from(self.precise_ip));
+        a.sample_regs_user = self.regs_user;
+        a.sample_stack_user = self.stack_user;
+        a.set_exclude_callchain_user(u64::from(self.exclude_callchain_user));
         a.set_mmap2(u64::from(self.mmap_records));
         a.set_mmap(u64::from(self.mmap_records));
         a.set_comm(u64::from(self.mmap_records));
@@ -904,6 +1007,39 @@ mod tests {
     }
 
     #[test]
+    fn user_registers_and_stack() {
+        use x86_regs::{BP, IP, SP};
+        let mask = 1 << BP | 1 << SP | 1 << IP;
+        let layout = SampleLayout {
+            sample_type: SampleType::IP | SampleType::REGS_USER | SampleType::STACK_USER,
+            regs_user: mask,
+            ..SampleLayout::default()
+        };
+        // ip; abi 2 (64-bit), bp, sp, ip; 16 bytes of stack of which 8 valid.
+        let body = words(&[0x401000, 2, 0x7ff0, 0x7fe0, 0x401000, 16, 0xaa, 0xbb, 8]);
+        let r = record(b::PERF_RECORD_SAMPLE, 2, &body);
+        let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
+        let regs = s.regs_user.unwrap();
+        assert_eq!(
+            (regs.get(BP), regs.get(SP), regs.get(IP), regs.get(0)),
+            (Some(0x7ff0), Some(0x7fe0), Some(0x401000), None)
+        );
+        assert_eq!(s.stack_user, Some(&0xaau64.to_ne_bytes()[..]));
+        // A kernel thread: abi 0 and no registers; an empty copy has no dyn_size.
+        let r = record(b::PERF_RECORD_SAMPLE, 1, &words(&[0xffff_ffff_8100_0000, 0, 0]));
+        let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
+        assert_eq!((s.regs_user, s.stack_user), (None, Some(&[][..])));
+        // A stack size beyond the record is an error, not a panic.
+        let r = record(b::PERF_RECORD_SAMPLE, 2, &words(&[1, 0, 4096, 1]));
+        assert!(Record::parse(&r, &layout).is_err());
+        let mut bad = Sampling::period(1);
+        bad.sample_type(SampleType::STACK_USER).user_stack(12);
+        assert!(bad.validate("x").is_err());
+        bad.sample_type(SampleType::REGS_USER);
+        assert!(bad.validate("x").is_err(), "no register mask");
+    }
+
+    #[test]
     fn fork_and_exit_records() {
         let mut body = Vec::new();
         for v in [10u32, 1, 11, 10] {
@@ -925,6 +1061,7 @@ mod tests {
                 | ReadFormat::TOTAL_TIME_RUNNING
                 | ReadFormat::ID
                 | ReadFormat::LOST,
+            regs_user: 0,
         };
         let r = record(b::PERF_RECORD_SAMPLE, 2, &words(&[0x401000, 42, 100, 90, 9, 3]));
         let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
@@ -951,7 +1088,7 @@ mod tests {
         let odd = record(77, 3, &words(&[1]));
         assert!(matches!(Record::parse(&odd, &l).unwrap(), Record::Other { kind: 77, misc: 3, .. }));
         // A callchain whose count exceeds the record.
-        let cl = SampleLayout { sample_type: SampleType::CALLCHAIN, read_format: ReadFormat::default() };
+        let cl = SampleLayout { sample_type: SampleType::CALLCHAIN, ..SampleLayout::default() };
         let bad = record(b::PERF_RECORD_SAMPLE, 0, &words(&[1000, 1]));
         assert!(Record::parse(&bad, &cl).is_err());
     }
