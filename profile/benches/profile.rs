@@ -3,8 +3,8 @@
 //! - drain throughput: ring records (IP, TID, PERIOD and a 12-frame call
 //!   chain) parsed and counted by the collector, against parsing alone;
 //! - overhead on the target: the hot-function target's own wall time
-//!   sampled at -F 1000 (and 4000, with call chains), against the same
-//!   target run plain, runs interleaved.
+//!   sampled at -F 1000 (and 4000, with frame-pointer or DWARF call
+//!   chains), against the same target run plain, runs interleaved.
 
 use std::ffi::OsString;
 use std::hint::black_box;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use papirus_profile::collect::Collector;
-use papirus_profile::recording::TriggerInfo;
+use papirus_profile::recording::{CallGraph, TriggerInfo};
 use papirus_profile::{Options, Target, record};
 use papirus_substrate::sample::{Record, SampleLayout, SampleType};
 
@@ -85,14 +85,22 @@ fn overhead() {
         vec![exe.clone().into(), rounds.into(), "1".into(), timefile.clone().into()]
     };
     let wall = |t: &Path| std::fs::read_to_string(t).unwrap().trim().parse::<f64>().unwrap() / 1e6;
-    let configs: [(&str, Option<Options>); 4] = [
+    let configs: [(&str, Option<Options>); 5] = [
         ("plain (baseline)", None),
         ("-F 1000", Some(Options { trigger: Some(TriggerInfo::Frequency(1000)), ..Options::default() })),
         (
             "-F 1000 -g",
             Some(Options {
                 trigger: Some(TriggerInfo::Frequency(1000)),
-                callchain: true,
+                call_graph: CallGraph::Fp,
+                ..Options::default()
+            }),
+        ),
+        (
+            "-F 1000 dwarf",
+            Some(Options {
+                trigger: Some(TriggerInfo::Frequency(1000)),
+                call_graph: CallGraph::Dwarf,
                 ..Options::default()
             }),
         ),
@@ -100,7 +108,7 @@ fn overhead() {
             "-F 4000 -g",
             Some(Options {
                 trigger: Some(TriggerInfo::Frequency(4000)),
-                callchain: true,
+                call_graph: CallGraph::Fp,
                 ..Options::default()
             }),
         ),

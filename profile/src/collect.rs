@@ -16,11 +16,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Unwinder as _};
 use papirus_substrate::demangle::demangle;
 use papirus_substrate::elf::ElfFile;
 use papirus_substrate::input::{self, MODULE_LIMIT};
 use papirus_substrate::maps::{self, Mapping, Perms};
-use papirus_substrate::sample::{Comm, Mmap2, MmapFile, Record, Sample, Task};
+use papirus_substrate::sample::{Comm, Mmap2, MmapFile, Record, Sample, Task, x86_regs};
 use papirus_substrate::symbolize::Module;
 
 use crate::recording::{Frame, SampleCount, Thread, Unreadable};
@@ -53,10 +55,36 @@ struct MapEntry {
 }
 
 /// One address space: a process between its fork or exec and the next exec.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 struct Space {
     entries: Vec<MapEntry>,
+    /// The same modules for unwinding user stack copies (when asked for).
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
 }
+
+impl std::fmt::Debug for Space {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Space").field("entries", &self.entries).finish_non_exhaustive()
+    }
+}
+
+/// framehop's cache of unwind rules, kept across samples.
+struct UnwindCache(CacheX86_64);
+
+impl Default for UnwindCache {
+    fn default() -> Self {
+        UnwindCache(CacheX86_64::new())
+    }
+}
+
+impl std::fmt::Debug for UnwindCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("UnwindCache")
+    }
+}
+
+/// Most frames taken from one user stack copy.
+const MAX_UNWOUND: usize = 512;
 
 /// Where a sample's addresses resolve: an address space and how many of its
 /// mappings were known when the sample was read.
@@ -79,6 +107,13 @@ struct Counts {
 /// Identity of a mapped file: device (major, minor) and inode.
 type FileId = (u32, u32, u64);
 
+/// A module file: its symbols, and its unwind sections once asked for.
+#[derive(Debug)]
+struct File {
+    elf: Arc<ElfFile>,
+    unwind: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
+}
+
 /// Consumes ring records; see the module documentation.
 #[derive(Debug, Default)]
 pub struct Collector {
@@ -88,7 +123,9 @@ pub struct Collector {
     spaces: Vec<Space>,
     space_of: HashMap<u32, u32>,
     first_space_of: HashMap<u32, u32>,
-    files: HashMap<FileId, Result<Arc<ElfFile>, String>>,
+    files: HashMap<FileId, Result<File, String>>,
+    unwind: bool,
+    unwind_cache: UnwindCache,
     counts: HashMap<Key, Counts>,
     threads: HashMap<u32, Thread>,
     unreadable: Vec<Unreadable>,
@@ -102,6 +139,13 @@ impl Collector {
         Collector::default()
     }
 
+    /// Unwinds the user stack copies samples carry (REGS_USER and
+    /// STACK_USER) with each module's `.eh_frame`, instead of taking the
+    /// user part of the kernel's call chain.
+    pub fn unwind_stacks(&mut self, on: bool) {
+        self.unwind = on;
+    }
+
     /// Names thread `tid` of process `pid` (threads found at start).
     pub fn thread(&mut self, pid: u32, tid: u32, comm: &str) {
         self.threads.insert(tid, Thread { pid, tid, comm: comm.to_string() });
@@ -112,7 +156,7 @@ impl Collector {
     pub fn process_maps(&mut self, pid: u32, mappings: &[Mapping]) {
         let space = self.new_space(pid, Space::default());
         for m in mappings.iter().filter(|m| m.perms.exec) {
-            let entry = self.entry(pid, m);
+            let entry = self.entry(pid, space, m);
             self.spaces[space as usize].entries.push(entry);
         }
     }
@@ -144,6 +188,7 @@ impl Collector {
         self.scratch.clear();
         match s.callchain {
             Some(chain) => self.scratch.extend(chain.iter()),
+            None if s.regs_user.is_some() => {}
             None => {
                 let context = match s.misc & MISC_CPUMODE_MASK {
                     MISC_KERNEL => CONTEXT_KERNEL,
@@ -154,6 +199,36 @@ impl Collector {
                 self.scratch.extend([context, s.ip.unwrap_or(0)]);
             }
         }
+        if let (true, Some(regs), Some(stack)) = (self.unwind, s.regs_user, s.stack_user) {
+            self.scratch.push(CONTEXT_USER);
+            let ip = regs.get(x86_regs::IP).unwrap_or(0);
+            let sp = regs.get(x86_regs::SP).unwrap_or(0);
+            let bp = regs.get(x86_regs::BP).unwrap_or(0);
+            let space = self.space_of.get(&pid).map(|&sp| &self.spaces[sp as usize].unwinder);
+            let Some(unwinder) = space else {
+                self.scratch.push(ip);
+                return self.count(pid, tid, s.period);
+            };
+            let mut read = |addr: u64| -> Result<u64, ()> {
+                let at = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+                let word = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+                Ok(u64::from_ne_bytes(word.try_into().map_err(|_| ())?))
+            };
+            let regs = UnwindRegsX86_64::new(ip, sp, bp);
+            let mut frames = unwinder.iter_frames(ip, regs, &mut self.unwind_cache.0, &mut read);
+            // An error ends the chain where unwinding could go no further.
+            while let Ok(Some(f)) = frames.next() {
+                if self.scratch.len() >= MAX_UNWOUND {
+                    break;
+                }
+                self.scratch.push(f.address());
+            }
+        }
+        self.count(pid, tid, s.period);
+    }
+
+    /// Counts the stack in `scratch` for thread `tid` of process `pid`.
+    fn count(&mut self, pid: u32, tid: u32, period: Option<u64>) {
         let stack = match self.stack_ids.get(self.scratch.as_slice()) {
             Some(&id) => id,
             None => {
@@ -167,7 +242,7 @@ impl Collector {
         let space = self.space_of.get(&pid).map(|&sp| (sp, self.spaces[sp as usize].entries.len() as u32));
         let c = self.counts.entry(Key { pid, tid, stack, space }).or_default();
         c.samples += 1;
-        c.weight = c.weight.saturating_add(s.period.unwrap_or(1));
+        c.weight = c.weight.saturating_add(period.unwrap_or(1));
         if !self.threads.contains_key(&tid) {
             let comm = self.threads.get(&pid).map(|t| t.comm.clone()).unwrap_or_default();
             self.threads.insert(tid, Thread { pid, tid, comm });
@@ -193,7 +268,7 @@ impl Collector {
             Some(&s) => s,
             None => self.new_space(m.pid, Space::default()),
         };
-        let entry = self.entry(m.pid, &mapping);
+        let entry = self.entry(m.pid, space, &mapping);
         self.spaces[space as usize].entries.push(entry);
     }
 
@@ -222,23 +297,29 @@ impl Collector {
 
     /// The entry for mapping `m` of process `pid`, its file read now, once
     /// per file.
-    fn entry(&mut self, pid: u32, m: &Mapping) -> MapEntry {
+    fn entry(&mut self, pid: u32, space: u32, m: &Mapping) -> MapEntry {
         let range = m.start..m.end;
         if m.file().is_none() {
             return MapEntry { range, name: m.name.clone(), module: None };
         }
         let id = (m.dev.0, m.dev.1, m.inode);
         if !self.files.contains_key(&id) {
-            let read = read_module(pid, m);
+            let read = read_module(pid, m).map(|elf| File { elf, unwind: None });
             if let Err(reason) = &read {
                 self.unreadable.push(Unreadable { path: m.name.clone(), reason: reason.clone() });
             }
             self.files.insert(id, read);
         }
-        let module = match &self.files[&id] {
-            Ok(elf) => Module::new(PathBuf::from(&m.name), range.clone(), m.offset, elf.clone()),
-            Err(_) => None,
+        let unwind = self.unwind;
+        let Ok(file) = self.files.get_mut(&id).expect("inserted above") else {
+            return MapEntry { range, name: m.name.clone(), module: None };
         };
+        let module = Module::new(PathBuf::from(&m.name), range.clone(), m.offset, file.elf.clone());
+        if let (true, Some(module)) = (unwind, &module) {
+            let sections = file.unwind.get_or_insert_with(|| unwind_sections(&file.elf)).clone();
+            let unwinder = framehop::Module::new(m.name.clone(), range.clone(), module.bias, sections);
+            self.spaces[space as usize].unwinder.add_module(unwinder);
+        }
         MapEntry { range, name: m.name.clone(), module }
     }
 
@@ -395,6 +476,28 @@ impl Symbolizer<'_> {
             }
             None => Frame { name: "[kernel]".into(), module: "[kernel.kallsyms]".into(), kernel: true },
         }
+    }
+}
+
+/// The sections framehop unwinds with: `.eh_frame` and its header, `.text`
+/// (for prologues and epilogues) and `.got`, copied out of the file once.
+fn unwind_sections(elf: &ElfFile) -> ExplicitModuleSectionInfo<Arc<[u8]>> {
+    let range = |name: &str| elf.section(name).map(|s| s.address..s.address + s.size);
+    let data = |name: &str| -> Option<Arc<[u8]>> {
+        let s = elf.section(name)?;
+        let start = usize::try_from(s.file_offset).ok()?;
+        elf.data().get(start..start.checked_add(usize::try_from(s.size).ok()?)?).map(Arc::from)
+    };
+    ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma: range(".text"),
+        text: data(".text"),
+        got_svma: range(".got"),
+        eh_frame_svma: range(".eh_frame"),
+        eh_frame: data(".eh_frame"),
+        eh_frame_hdr_svma: range(".eh_frame_hdr"),
+        eh_frame_hdr: data(".eh_frame_hdr"),
+        ..Default::default()
     }
 }
 

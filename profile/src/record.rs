@@ -21,14 +21,14 @@ use papirus_substrate::attr::Kind;
 use papirus_substrate::command::{Exit, StoppedCommand};
 use papirus_substrate::names;
 use papirus_substrate::ring::RingStats;
-use papirus_substrate::sample::{SampleType, Sampler, Sampling, SamplingEvents};
+use papirus_substrate::sample::{SampleType, Sampler, Sampling, SamplingEvents, x86_regs};
 use papirus_substrate::{EventAttr, hwinfo, maps, sys};
 use rustix::event::{PollFd, PollFlags};
 
 use crate::Error;
 use crate::collect::Collector;
 use crate::recording::{
-    EventInfo, ExitInfo, FORMAT, FORMAT_VERSION, Recording, RingInfo, TargetInfo, TriggerInfo,
+    CallGraph, EventInfo, ExitInfo, FORMAT, FORMAT_VERSION, Recording, RingInfo, TargetInfo, TriggerInfo,
 };
 
 /// What to profile.
@@ -41,15 +41,18 @@ pub enum Target {
 }
 
 /// How to sample. Defaults: task-clock at 4000 Hz (breakpoints and
-/// tracepoints: every event), no call chains, 128 data pages per ring.
+/// tracepoints: every event), no call chains (8 KiB user stack copies
+/// when they are DWARF-unwound), 128 data pages per ring.
 #[derive(Clone, Debug)]
 pub struct Options {
     /// The event, in perf's syntax, optionally followed by `/PERIOD`.
     pub event: String,
     /// `-F` or `-c`; `None` takes the default above.
     pub trigger: Option<TriggerInfo>,
-    /// Record call chains (frame pointers, `-g`).
-    pub callchain: bool,
+    /// How to record call chains (`-g`: frame pointers).
+    pub call_graph: CallGraph,
+    /// Bytes of user stack each sample copies for [`CallGraph::Dwarf`].
+    pub stack_bytes: u32,
     /// Data pages of each ring, a power of two (`-m`).
     pub data_pages: usize,
     /// For a running process: how long to record (`None`: until it ends or `stop`).
@@ -64,7 +67,8 @@ impl Default for Options {
         Options {
             event: "task-clock".into(),
             trigger: None,
-            callchain: false,
+            call_graph: CallGraph::None,
+            stack_bytes: DEFAULT_STACK_BYTES,
             data_pages: 128,
             duration: None,
             stop: Arc::new(AtomicBool::new(false)),
@@ -74,6 +78,9 @@ impl Default for Options {
 
 /// The default sampling frequency, as perf record's.
 pub const DEFAULT_FREQUENCY: u64 = 4000;
+
+/// The default user stack copy for DWARF unwinding, as perf record's.
+pub const DEFAULT_STACK_BYTES: u32 = 8192;
 
 /// How often the rings are drained when no wakeup comes.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
@@ -144,8 +151,19 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
         TriggerInfo::Period(p) => Sampling::period(p),
     };
     let mut st = SampleType::IP | SampleType::TID | SampleType::PERIOD;
-    if opts.callchain {
-        st |= SampleType::CALLCHAIN;
+    let mut collector = Collector::new();
+    match opts.call_graph {
+        CallGraph::None => {}
+        CallGraph::Fp => st |= SampleType::CALLCHAIN,
+        CallGraph::Dwarf => {
+            // The kernel's walk for kernel frames; user frames from the stack copy.
+            st |= SampleType::CALLCHAIN | SampleType::REGS_USER | SampleType::STACK_USER;
+            sampling
+                .user_regs(1 << x86_regs::IP | 1 << x86_regs::SP | 1 << x86_regs::BP)
+                .user_stack(opts.stack_bytes)
+                .exclude_callchain_user(true);
+            collector.unwind_stacks(true);
+        }
     }
     // wakeup_events 0: the kernel wakes the reader when a ring is half full.
     sampling
@@ -154,8 +172,6 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
         .task_records(true)
         .wakeup_events(0)
         .data_pages(opts.data_pages);
-
-    let mut collector = Collector::new();
     let tids = match target {
         Target::Command(_) => vec![pid],
         Target::Pid(_) => threads_of(pid)?,
@@ -289,7 +305,7 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
             },
             pid,
         },
-        event: EventInfo { name: name.into(), trigger, unit: unit.into(), callchain: opts.callchain },
+        event: EventInfo { name: name.into(), trigger, unit: unit.into(), call_graph: opts.call_graph },
         start_unix_ns,
         duration_ns,
         exit,

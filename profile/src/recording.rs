@@ -70,8 +70,22 @@ pub struct EventInfo {
     pub trigger: TriggerInfo,
     /// The unit of a sample's weight: `ns` for the clocks, else `events`.
     pub unit: String,
-    /// Whether call chains were recorded (`-g`).
-    pub callchain: bool,
+    /// How call chains were recorded.
+    pub call_graph: CallGraph,
+}
+
+/// How call chains are recorded (`-g`, `--call-graph`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallGraph {
+    /// The sampled function only.
+    None,
+    /// The kernel's frame-pointer walk.
+    Fp,
+    /// A copy of the top of the user stack with the user registers,
+    /// unwound by papirus-profile with the modules' `.eh_frame` (framehop);
+    /// kernel frames from the kernel's own walk.
+    Dwarf,
 }
 
 /// `-F` or `-c`.

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 
 use papirus_formats::{flamegraph, folded, pprof};
 
-use crate::recording::{Frame, Recording, TriggerInfo};
+use crate::recording::{CallGraph, Frame, Recording, TriggerInfo};
 
 /// A column the flat profile groups samples by (`--sort`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,7 +107,11 @@ pub fn header(r: &Recording) -> String {
     let mut s = String::new();
     let total: u64 = r.samples.iter().map(|x| x.weight).sum();
     let _ = writeln!(s, "# {}", target_text(r));
-    let chains = if r.event.callchain { ", call chains (frame pointers)" } else { "" };
+    let chains = match r.event.call_graph {
+        CallGraph::None => "",
+        CallGraph::Fp => ", call chains (frame pointers)",
+        CallGraph::Dwarf => ", call chains (DWARF unwinding of user stack copies)",
+    };
     let _ = writeln!(s, "# event: {}, {}{chains}", r.event.name, trigger_text(r));
     let _ = writeln!(
         s,
@@ -176,7 +180,7 @@ pub fn text(r: &Recording, opts: &ReportOptions) -> String {
     }
     let mut rows: Vec<(Vec<String>, (u64, u64, u64))> = rows.into_iter().collect();
     rows.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(b.1.1.cmp(&a.1.1)).then(a.0.cmp(&b.0)));
-    let chains = r.event.callchain;
+    let chains = r.event.call_graph != CallGraph::None;
     let widths: Vec<usize> = opts
         .sort
         .iter()

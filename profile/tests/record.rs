@@ -7,7 +7,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-use papirus_profile::recording::{Frame, TriggerInfo};
+use papirus_profile::recording::{CallGraph, Frame, TriggerInfo};
 use papirus_profile::{Options, Recording, Target, record};
 
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
@@ -43,7 +43,11 @@ fn leaves(r: &Recording) -> Vec<(String, String, String, u32, u64)> {
 fn follows_threads_processes_and_libraries_that_appear_after_start() {
     let dir = tempfile::tempdir().unwrap();
     let (exe, lib) = build(dir.path());
-    let opts = Options { callchain: true, trigger: Some(TriggerInfo::Frequency(1000)), ..Options::default() };
+    let opts = Options {
+        call_graph: CallGraph::Fp,
+        trigger: Some(TriggerInfo::Frequency(1000)),
+        ..Options::default()
+    };
     let r = record(&command(&[&exe, &lib]), &opts).unwrap();
     assert_eq!(r.exit.map(|e| e.code), Some(0));
     let l = leaves(&r);
@@ -79,7 +83,7 @@ fn follows_threads_processes_and_libraries_that_appear_after_start() {
 fn a_breakpoint_samples_every_call() {
     let dir = tempfile::tempdir().unwrap();
     let (exe, lib) = build(dir.path());
-    let opts = Options { event: "mem:hot_b:x".into(), callchain: true, ..Options::default() };
+    let opts = Options { event: "mem:hot_b:x".into(), call_graph: CallGraph::Fp, ..Options::default() };
     let r = record(&command(&[&exe, &lib, &"37"]), &opts).unwrap();
     assert_eq!(r.event.trigger, TriggerInfo::Period(1), "breakpoints sample every event by default");
     let calls: u64 = leaves(&r).iter().filter(|x| x.1 == "hot_b").map(|x| x.4).sum();
@@ -92,7 +96,8 @@ fn a_tracepoint_samples_every_event_with_kernel_and_user_frames() {
     let dir = tempfile::tempdir().unwrap();
     let (exe, lib) = build(dir.path());
     // One thread and one process created: two forks in the scheduler's eyes.
-    let opts = Options { event: "sched:sched_process_fork".into(), callchain: true, ..Options::default() };
+    let opts =
+        Options { event: "sched:sched_process_fork".into(), call_graph: CallGraph::Fp, ..Options::default() };
     let r = match record(&command(&[&exe, &lib, &"5"]), &opts) {
         Ok(r) => r,
         Err(e) => return papirus_testkit::skip(format!("tracepoint sampling: {e}")),
@@ -105,4 +110,33 @@ fn a_tracepoint_samples_every_event_with_kernel_and_user_frames() {
         // libc's fork and clone keep no frame pointer: the user part ends there.
         assert!(st.iter().any(|f| !f.kernel && f.module.contains("libc")), "from libc: {st:?}");
     }
+}
+
+#[test]
+fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = papirus_testkit::Cc::new(papirus_testkit::target("profile_hot.c"))
+        .opt("-O2")
+        .args(["-fomit-frame-pointer", "-fno-inline", "-pthread"])
+        .build(dir.path(), "profile_hot");
+    let opts = Options {
+        call_graph: CallGraph::Dwarf,
+        trigger: Some(TriggerInfo::Frequency(1000)),
+        ..Options::default()
+    };
+    let r = record(&command(&[&exe, &"300"]), &opts).unwrap();
+    assert_eq!(r.exit.map(|e| e.code), Some(3));
+    let total = r.total_samples();
+    assert!(total >= 100, "{total} samples");
+    let mut hot = 0;
+    for s in &r.samples {
+        let names: Vec<&str> = r.stack(s.stack).map(|f| f.name.as_str()).collect();
+        if names.last().is_some_and(|n| n.starts_with("hot_")) {
+            hot += s.count;
+            // Through the program and libc's own unwind tables, up to the entry point.
+            assert_eq!(names.first(), Some(&"_start"), "{names:?}");
+            assert!(names.ends_with(&["main", "run", names.last().unwrap()]), "{names:?}");
+        }
+    }
+    assert!(hot * 10 >= total * 9, "{hot} of {total} samples in hot functions: {:?}", leaves(&r));
 }

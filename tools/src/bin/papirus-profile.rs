@@ -10,7 +10,8 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use papirus_profile::recording::TriggerInfo;
+use papirus_profile::record::DEFAULT_STACK_BYTES;
+use papirus_profile::recording::{CallGraph, TriggerInfo};
 use papirus_profile::report::{self, ReportOptions, SortKey};
 use papirus_profile::{Options, Recording, Target, record};
 use papirus_tools::cli::{Failure, parse_seconds, run_tool};
@@ -32,11 +33,13 @@ one they fail with the kernel's reason. EVENT/PERIOD samples every PERIOD
 events. Breakpoints and tracepoints sample every event unless -c or -F say
 otherwise.
 
-Call chains (-g) are the kernel's frame-pointer walks: a program needs
-frame pointers (gcc/clang -fno-omit-frame-pointer, Rust
--C force-frame-pointers=yes) for its callers to show; code without them
-(most distribution libraries) shows its own function and loses the rest of
-the chain.
+Call chains: -g takes the kernel's frame-pointer walk, which needs frame
+pointers (gcc/clang -fno-omit-frame-pointer, Rust -C force-frame-pointers=yes):
+code without them (most distribution libraries) shows its own function and
+loses the rest of the chain. --call-graph dwarf copies the top of the user
+stack (8 KiB, or dwarf,SIZE) with each sample and unwinds it with the
+modules' .eh_frame (framehop), which needs no frame pointers: larger samples,
+so give rings more pages (-m) at high rates.
 
 The recording (-o, default papirus-profile.json) is symbolized when
 written: `papirus-profile report FILE` needs neither the process nor its
@@ -68,9 +71,14 @@ struct RecordArgs {
     /// Sample every PERIOD events (perf record -c).
     #[arg(short = 'c', long = "count", value_name = "PERIOD")]
     count: Option<u64>,
-    /// Record call chains (frame pointers).
+    /// Record call chains by frame pointers (--call-graph fp).
     #[arg(short = 'g')]
     callchain: bool,
+    /// How to record call chains: fp (frame pointers), or dwarf[,SIZE]:
+    /// copy SIZE bytes of user stack (default 8192) and unwind them with
+    /// each module's .eh_frame, for code built without frame pointers.
+    #[arg(long = "call-graph", value_name = "MODE", value_parser = parse_call_graph)]
+    call_graph: Option<(CallGraph, u32)>,
     /// Data pages of each per-CPU ring buffer, a power of two.
     #[arg(short = 'm', long = "mmap-pages", value_name = "PAGES", default_value_t = 128)]
     pages: usize,
@@ -134,6 +142,19 @@ fn main() -> ExitCode {
     }
 }
 
+/// `fp`, `dwarf` or `dwarf,SIZE` (perf record's --call-graph).
+fn parse_call_graph(s: &str) -> Result<(CallGraph, u32), String> {
+    match s.split_once(',') {
+        None if s == "fp" => Ok((CallGraph::Fp, DEFAULT_STACK_BYTES)),
+        None if s == "dwarf" => Ok((CallGraph::Dwarf, DEFAULT_STACK_BYTES)),
+        Some(("dwarf", size)) => match size.parse::<u32>() {
+            Ok(n) if (8..65536).contains(&n) && n.is_multiple_of(8) => Ok((CallGraph::Dwarf, n)),
+            _ => Err(format!("dwarf,{size}: give a stack size in bytes, a multiple of 8 below 65536")),
+        },
+        _ => Err(format!("`{s}`: use fp, dwarf or dwarf,SIZE")),
+    }
+}
+
 fn record_cmd(args: RecordArgs) -> Result<ExitCode, Failure> {
     let target = match (args.pid, args.command.is_empty()) {
         (Some(pid), _) => Target::Pid(pid),
@@ -159,10 +180,16 @@ fn record_cmd(args: RecordArgs) -> Result<ExitCode, Failure> {
         signal_hook::flag::register(sig, stop.clone())
             .map_err(|e| Failure(format!("cannot handle signal {sig}: {e}")))?;
     }
+    let (call_graph, stack_bytes) = match (args.call_graph, args.callchain) {
+        (Some(cg), _) => cg,
+        (None, true) => (CallGraph::Fp, DEFAULT_STACK_BYTES),
+        (None, false) => (CallGraph::None, DEFAULT_STACK_BYTES),
+    };
     let opts = Options {
         event: args.event.clone(),
         trigger,
-        callchain: args.callchain,
+        call_graph,
+        stack_bytes,
         data_pages: args.pages,
         duration: args.duration,
         stop,

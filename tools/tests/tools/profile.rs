@@ -265,6 +265,8 @@ fn profile_refuses_bad_input() {
     fail(&["-p", "999999999", "-o", o], "no process");
     fail(&["-o", o, "--", "/nonexistent/papirus"], "cannot run");
     fail(&["-e", "task-clock/0", "-o", o, "--", "true"], "≥ 1");
+    fail(&["--call-graph", "lbr", "-o", o, "--", "true"], "fp, dwarf or dwarf,SIZE");
+    fail(&["--call-graph", "dwarf,12", "-o", o, "--", "true"], "multiple of 8");
     let not_json = dir.path().join("bad.json");
     std::fs::write(&not_json, "{}").unwrap();
     fail(&["report", not_json.to_str().unwrap()], "not a papirus-profile recording");
