@@ -10,9 +10,11 @@
 //! stacks or a flame graph SVG through `papirus-formats`.
 //!
 //! # Caveats
-//! - Call chains are the kernel's frame-pointer walks: code built without
-//!   frame pointers (most distribution libraries, and `-O2` without
-//!   `-fno-omit-frame-pointer`) shows its own function but loses callers.
+//! - Frame-pointer call chains (`CallGraph::Fp`) are the kernel's walks:
+//!   code built without frame pointers (most distribution libraries) shows
+//!   its own function but loses its callers; `CallGraph::Dwarf` unwinds a
+//!   copy of the user stack with the modules' `.eh_frame` instead, up to
+//!   the size of the copy.
 //! - A sample whose address lies outside every mapping known to the tool
 //!   (JIT code, a module gone before it could be read) is `[unknown]`.
 #![forbid(unsafe_code)]
