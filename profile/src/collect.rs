@@ -459,11 +459,11 @@ impl Symbolizer<'_> {
         };
         let name =
             e.module.as_ref().and_then(|m| m.resolve(addr)).map(|r| demangle(&r.name).unwrap_or(r.name));
-        let base = || {
-            format!(
-                "[{}]",
-                Path::new(&e.name).file_name().map_or(e.name.as_str().into(), |n| n.to_string_lossy())
-            )
+        // `[vdso]`, or `[libfoo.so]` for a file with no symbol there.
+        let base = || match Path::new(&e.name).file_name() {
+            _ if e.name.starts_with('[') => e.name.clone(),
+            Some(n) => format!("[{}]", n.to_string_lossy()),
+            None => format!("[{}]", e.name),
         };
         Frame { name: name.unwrap_or_else(base), module: e.name.clone(), kernel: false }
     }

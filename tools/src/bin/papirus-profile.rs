@@ -60,7 +60,14 @@ flamegraph needs -o. Files are written atomically.";
 
 /// Record a sampling profile of a command or a running process (perf record).
 #[derive(Parser, Debug)]
-#[command(name = "papirus-profile", version, trailing_var_arg = true, after_help = RECORD_HELP)]
+#[command(
+    name = "papirus-profile",
+    version,
+    trailing_var_arg = true,
+    after_help = RECORD_HELP,
+    override_usage = "papirus-profile [record] [OPTIONS] (-- COMMAND [ARGS]... | -p PID [-d SECONDS])\n       \
+                      papirus-profile report FILE [--format text|pprof|folded|flamegraph] [-o PATH] (see report --help)"
+)]
 struct RecordArgs {
     /// The event, in perf's syntax, optionally EVENT/PERIOD.
     #[arg(short, long, default_value = "task-clock")]
@@ -106,7 +113,7 @@ enum Format {
 
 /// Show a recording as text, or convert it for other viewers (perf report).
 #[derive(Parser, Debug)]
-#[command(name = "papirus-profile report", version, after_help = REPORT_HELP)]
+#[command(name = "papirus-profile report", bin_name = "papirus-profile report", version, after_help = REPORT_HELP)]
 struct ReportArgs {
     /// The recording.
     file: PathBuf,

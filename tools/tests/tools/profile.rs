@@ -227,7 +227,8 @@ fn profile_reports_lost_samples_under_a_tiny_buffer() {
     let dir = scratch();
     let file = dir.path().join("lost.json");
     let o = run(tool("papirus-profile")
-        .args(["-m", "1", "-F", "20000", "-g", "-o"])
+        // 1 KiB of stack per sample: three samples fill the 4 KiB ring.
+        .args(["-m", "1", "-F", "20000", "--call-graph", "dwarf,1024", "-o"])
         .arg(&file)
         .arg("--")
         .arg(hot())
@@ -240,9 +241,25 @@ fn profile_reports_lost_samples_under_a_tiny_buffer() {
         .find_map(|l| l.strip_prefix("# lost: "))
         .and_then(|l| l.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("{t}"));
-    assert!(lost > 0, "a 4 KiB ring at 20 kHz with call chains overflows: {t}");
+    assert!(lost > 0, "a 4 KiB ring at 20 kHz with 1 KiB samples overflows: {t}");
     assert!(err.contains(&format!("{lost} samples lost")), "{err}");
     assert!(t.contains("rings of 1 data pages"), "{t}");
+}
+
+/// The recording replaces a link planted at its name; the link's target is
+/// never written.
+#[test]
+fn profile_never_writes_through_a_link() {
+    let dir = scratch();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "keep").unwrap();
+    let link = dir.path().join("papirus-profile.json");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let o = run(tool("papirus-profile").current_dir(dir.path()).args(["--", "true"]));
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+    assert!(!std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+    report(&link, &[]);
 }
 
 /// Bad input gets a clear error and status 2, never a panic; a hardware
