@@ -155,7 +155,7 @@ impl Collector {
     /// their files.
     pub fn process_maps(&mut self, pid: u32, mappings: &[Mapping]) {
         let space = self.new_space(pid, Space::default());
-        for m in mappings.iter().filter(|m| m.perms.exec) {
+        for m in mappings.iter().filter(|m| m.perms.exec && names_something(m.name.as_bytes())) {
             let entry = self.entry(pid, space, m);
             self.spaces[space as usize].entries.push(entry);
         }
@@ -250,6 +250,9 @@ impl Collector {
     }
 
     fn mmap2(&mut self, m: &Mmap2<'_>) {
+        if !names_something(m.filename) {
+            return;
+        }
         let name = String::from_utf8_lossy(m.filename).into_owned();
         let (dev, inode) = match m.file {
             MmapFile::Inode { major, minor, ino, .. } => ((major, minor), ino),
@@ -477,6 +480,13 @@ impl Symbolizer<'_> {
             None => Frame { name: "[kernel]".into(), module: "[kernel.kallsyms]".into(), kernel: true },
         }
     }
+}
+
+/// Whether an executable mapping of this name can name its frames: a file
+/// or `[vdso]`. Anonymous executable memory (JIT code, `//anon`) cannot; it
+/// is left out, so a JIT that maps code all the time adds no entries.
+fn names_something(name: &[u8]) -> bool {
+    (name.starts_with(b"/") && !name.starts_with(b"//")) || name.starts_with(b"[")
 }
 
 /// The sections framehop unwinds with: `.eh_frame` and its header, `.text`

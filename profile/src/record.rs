@@ -213,9 +213,6 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
             }
         }
     }
-    let mappings = maps::read(pid).map_err(|e| Error::Io { what: format!("/proc/{pid}/maps"), source: e })?;
-    collector.process_maps(pid as u32, &mappings);
-
     let pidfd = rustix::process::pidfd_open(
         rustix::process::Pid::from_raw(pid).ok_or(Error::NoSuchProcess(pid))?,
         rustix::process::PidfdFlags::empty(),
@@ -227,6 +224,10 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
             o.enable()?;
         }
     }
+    // Read once the events are on: a mapping made meanwhile has its MMAP2
+    // record (disabled events get none), at worst twice.
+    let mappings = maps::read(pid).map_err(|e| Error::Io { what: format!("/proc/{pid}/maps"), source: e })?;
+    collector.process_maps(pid as u32, &mappings);
     let start_unix_ns = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let t0 = Instant::now();
     if let Some(c) = &mut command {
