@@ -245,6 +245,20 @@ fn profile_reports_lost_samples_under_a_tiny_buffer() {
     assert!(t.contains("rings of 1 data pages"), "{t}");
 }
 
+/// papirus-profile exits with the command's status, 128+N for signal N.
+#[test]
+fn profile_exits_with_the_commands_status() {
+    let dir = scratch();
+    let out = dir.path().join("s.json");
+    for (script, code) in [("exit 5", 5), ("kill -SEGV $$", 128 + 11)] {
+        let o = run(tool("papirus-profile").arg("-o").arg(&out).args(["--", "sh", "-c", script]));
+        assert_eq!(o.status.code(), Some(code), "{script}: {}", text(&o.stderr));
+        let t = text(&report(&out, &[]).stdout);
+        let how = if code > 128 { "killed by signal 11".to_string() } else { format!("exit status {code}") };
+        assert!(t.lines().next().unwrap().ends_with(&format!("{how})")), "{t}");
+    }
+}
+
 /// The recording replaces a link planted at its name; the link's target is
 /// never written.
 #[test]
