@@ -1,0 +1,1 @@
+//! Fortran wrappers (to come).
