@@ -200,7 +200,7 @@ pub fn info(code: u32) -> Result<EventInfo, Code> {
             }
             let descr = natives()
                 .iter()
-                .find(|e| e.name == r.name || e.aliases.iter().any(|a| *a == r.name))
+                .find(|e| e.name == r.name || e.aliases.contains(&r.name))
                 .map(|e| e.description.clone())
                 .unwrap_or_else(|| format!("{} event {}", r.parsed.pmu, r.name));
             fill(&mut info.long_descr, &descr);

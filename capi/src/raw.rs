@@ -226,3 +226,59 @@ pub fn union_ints(o: &crate::types::Option_) -> [c_int; 4] {
     // and the source came from the caller's memory or a zeroed value.
     unsafe { std::ptr::read_unaligned((o as *const crate::types::Option_).cast::<[c_int; 4]>()) }
 }
+
+/// A Fortran argument: gfortran passes every argument by reference.
+#[derive(Clone, Copy, Debug)]
+pub struct F(*mut c_void);
+
+impl F {
+    /// # Safety
+    /// `p` points to a variable of the type PAPI's Fortran interface
+    /// declares for this argument (INTEGER, INTEGER*8, REAL, an array of
+    /// them sized as the call requires, or CHARACTER of the hidden length).
+    pub unsafe fn new(p: *mut c_void) -> F {
+        F(p)
+    }
+
+    /// An `INTEGER` (C int).
+    pub fn int(self) -> Ptr<c_int> {
+        Ptr(self.0.cast())
+    }
+
+    /// An `INTEGER*8` (C long long).
+    pub fn long(self) -> Ptr<i64> {
+        Ptr(self.0.cast())
+    }
+
+    /// A `REAL` (C float).
+    pub fn real(self) -> Ptr<f32> {
+        Ptr(self.0.cast())
+    }
+
+    /// An `INTEGER*8` array.
+    pub fn longs(self) -> Array<i64> {
+        Array(self.0.cast())
+    }
+
+    /// An `INTEGER` array.
+    pub fn ints(self) -> Array<c_int> {
+        Array(self.0.cast())
+    }
+
+    /// A `CHARACTER*(len)` input, blanks trimmed.
+    pub fn text(self, len: usize) -> Option<String> {
+        // SAFETY: a CHARACTER of `len` bytes by the constructor's contract.
+        unsafe { fortran_str(self.0.cast(), len) }
+    }
+
+    /// A `CHARACTER*(len)` output.
+    pub fn text_out(self, len: usize) -> StrOut {
+        StrOut { ptr: self.0.cast(), cap: len }
+    }
+
+    /// The raw pointer, for passing on to the C entry point of the same
+    /// contract.
+    pub fn ptr<T>(self) -> *mut T {
+        self.0.cast()
+    }
+}

@@ -157,8 +157,8 @@ pub fn destroy_all() {
 
 /// Frees the sets the exiting thread created (`PAPI_unregister_thread`).
 pub fn destroy_owned_by(tid: papirus_lowlevel::Tid) {
-    for h in 0..used() {
-        let Some(c) = SLOTS[h].get() else { continue };
+    for (h, c) in SLOTS.iter().enumerate().take(used()) {
+        let Some(c) = c.get() else { continue };
         if lock(c).as_ref().is_some_and(|s| s.set.owner() == tid) {
             release(h, false);
         }
