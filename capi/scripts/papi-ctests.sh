@@ -52,11 +52,17 @@ attach_cpu_sys_validate"
 build() { # build DIR INCLUDE LINK...
     local dir=$1 incdir=$2; shift 2
     mkdir -p "$dir"
-    local cflags=(-O1 -g -w -pthread -fopenmp -I"$incdir" -I"$src/testlib" -I"$src/ctests" -I"$src")
-    for f in test_utils do_loops clockcore; do
-        gcc "${cflags[@]}" -c "$src/testlib/$f.c" -o "$dir/$f.o"
+    local cflags=(-O1 -g -w -pthread -fopenmp -I"$incdir" -I"$src/testlib" -I"$src/ctests"
+        -I"$src/validation_tests" -I"$src")
+    # What the tests link: the test library, the loops, the validation
+    # workloads and profil's helpers, as an archive (only what is used).
+    local objs=()
+    for f in testlib/test_utils testlib/do_loops testlib/clockcore ctests/prof_utils \
+        validation_tests/flops_testcode validation_tests/instructions_testcode \
+        validation_tests/branches_testcode validation_tests/busy_work validation_tests/display_error; do
+        gcc "${cflags[@]}" -c "$src/$f.c" -o "$dir/${f##*/}.o" && objs+=("$dir/${f##*/}.o")
     done
-    gcc "${cflags[@]}" -c "$src/ctests/prof_utils.c" -o "$dir/prof_utils.o"
+    ar rcs "$dir/libctest.a" "${objs[@]}"
     for t in $tests; do
         local s=$t extra=()
         case $t in
@@ -65,8 +71,8 @@ build() { # build DIR INCLUDE LINK...
             sdsc-mpx | sdsc4-mpx) extra=(-DMPX) ;;
             mendes-alt) extra=(-DMULTIPLEX) ;;
         esac
-        gcc "${cflags[@]}" "${extra[@]}" "$src/ctests/$s.c" "$dir"/test_utils.o "$dir"/do_loops.o \
-            "$dir"/clockcore.o "$dir"/prof_utils.o "$@" -lm -ldl -o "$dir/$t" 2>"$dir/$t.build" ||
+        gcc "${cflags[@]}" "${extra[@]}" "$src/ctests/$s.c" "$dir/libctest.a" "$@" -lm -ldl \
+            -o "$dir/$t" 2>"$dir/$t.build" ||
             echo "build failed: $t (see $dir/$t.build)" >&2
     done
 }

@@ -275,11 +275,14 @@ pub fn enumerate(code: u32, modifier: c_int, cidx: Option<usize>) -> Result<u32,
 }
 
 /// A component's description, built once and kept for the process (so
-/// the pointer stays valid, as PAPI's do).
+/// the pointer stays valid, as PAPI's do): the enabled one, or the one
+/// saying why it is disabled.
 pub fn component_info(cidx: usize) -> Option<*const ComponentInfo> {
     // Addresses, since the struct holds C string pointers (not `Sync`).
-    static INFOS: OnceLock<Vec<usize>> = OnceLock::new();
-    INFOS.get_or_init(build_components).get(cidx).map(|&a| a as *const ComponentInfo)
+    static INFOS: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
+    let (on, off) = *INFOS.get_or_init(build_components).get(cidx)?;
+    let by_app = state::with(|s| s.disabled.contains_key(&cidx));
+    Some((if by_app { off } else { on }) as *const ComponentInfo)
 }
 
 /// Whether component `cidx` is disabled (no PMU of its kind here, or
@@ -306,7 +309,7 @@ fn leak_cstr(s: &str) -> *const std::ffi::c_char {
     c.into_raw()
 }
 
-fn build_components() -> Vec<usize> {
+fn build_components() -> Vec<(usize, usize)> {
     let lib = papirus_lowlevel::init().ok();
     let counters = lib.as_ref().and_then(|l| l.machine().hw_counters).unwrap_or(0) as c_int;
     let mut out = vec![];
@@ -379,14 +382,15 @@ fn build_components() -> Vec<usize> {
             }
             v
         };
-        if let Some(why) = state::with(|s| s.disabled.get(&cidx).cloned()) {
-            c.disabled = Code::EcmpDisabled.value();
-            fill(&mut c.disabled_reason, &why);
-        }
+
         for (slot, name) in c.pmu_names.iter_mut().zip(pmus.iter()) {
             *slot = leak_cstr(name);
         }
-        out.push(Box::leak(Box::new(c)) as *const ComponentInfo as usize);
+        let mut off = c;
+        off.disabled = Code::EcmpDisabled.value();
+        fill(&mut off.disabled_reason, "disabled by the application (PAPI_disable_component)");
+        let leak = |c: ComponentInfo| Box::leak(Box::new(c)) as *const ComponentInfo as usize;
+        out.push((leak(c), leak(off)));
     }
     out
 }

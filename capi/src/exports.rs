@@ -301,7 +301,7 @@ pub extern "C" fn PAPI_set_cmp_domain(domain: c_int, cidx: c_int) -> c_int {
         }
         state::lib()?;
         sets::to_domain(domain).map_err(|_| Code::Einval)?;
-        state::with(|s| s.domain = domain);
+        state::set_default_domain(domain);
         Ok(OK)
     })
 }
@@ -321,7 +321,7 @@ pub extern "C" fn PAPI_set_cmp_granularity(granularity: c_int, cidx: c_int) -> c
         if ![1, 2, 8].contains(&granularity) {
             return Err(Code::Einval);
         }
-        state::with(|s| s.granularity = granularity);
+        state::set_default_granularity(granularity);
         Ok(OK)
     })
 }

@@ -60,13 +60,13 @@ pub fn set(option: c_int, p: Ptr<Option_>) -> Result<c_int, Code> {
     match option {
         opt::DEFDOM => {
             sets::to_domain(value).map_err(|_| Code::Einval)?;
-            state::with(|s| s.domain = value);
+            state::set_default_domain(value);
             Ok(0)
         }
         opt::DOMAIN => sets::set_domain(es, value),
         opt::DEFGRN => match value {
             1 | 2 | 8 => {
-                state::with(|s| s.granularity = value);
+                state::set_default_granularity(value);
                 Ok(0)
             }
             _ => Err(Code::Einval),
@@ -117,8 +117,8 @@ pub fn get(option: c_int, p: Ptr<Option_>) -> Result<c_int, Code> {
         Ok(0)
     };
     match option {
-        opt::DEFDOM => Ok(state::with(|s| s.domain)),
-        opt::DEFGRN => Ok(state::with(|s| s.granularity)),
+        opt::DEFDOM => Ok(state::defaults().0),
+        opt::DEFGRN => Ok(state::defaults().1),
         opt::MAX_MPX_CTRS => Ok(384),
         opt::MAX_HWCTRS => Ok(lib.machine().hw_counters.unwrap_or(0) as c_int),
         opt::CLOCKRATE => {
@@ -216,8 +216,8 @@ pub fn get_cmp(option: c_int, p: Ptr<Option_>, cidx: c_int) -> Result<c_int, Cod
             Ok(if c == events::PERF { lib.machine().hw_counters.unwrap_or(0) as c_int } else { 0 })
         }
         opt::MAX_MPX_CTRS => Ok(384),
-        opt::DEFDOM => Ok(if c == events::PERF { state::with(|s| s.domain) } else { 15 }),
-        opt::DEFGRN => Ok(if c == events::PERF { state::with(|s| s.granularity) } else { 8 }),
+        opt::DEFDOM => Ok(if c == events::PERF { state::defaults().0 } else { 15 }),
+        opt::DEFGRN => Ok(if c == events::PERF { state::defaults().1 } else { 8 }),
         opt::SHLIBINFO => {
             if p.is_null() {
                 return Err(Code::Einval);

@@ -154,6 +154,16 @@ impl StrOut {
 /// A thread-id function given to `PAPI_thread_init`.
 pub type IdFn = unsafe extern "C" fn() -> c_ulong;
 
+/// The thread-id function stored at address `a` (0: none).
+pub fn id_fn_at(a: usize) -> Option<IdFn> {
+    if a == 0 {
+        return None;
+    }
+    // SAFETY: the only non-zero addresses stored are `IdFn`s that
+    // PAPI_thread_init received (state::thread_init), converted with `as`.
+    Some(unsafe { std::mem::transmute::<usize, IdFn>(a) })
+}
+
 /// Calls the application's thread-id function.
 pub fn call_id_fn(f: IdFn) -> c_ulong {
     // SAFETY: PAPI_thread_init's contract: a function callable from any

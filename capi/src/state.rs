@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_ulong};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
 use papirus_lowlevel::Library;
@@ -14,19 +15,12 @@ use crate::raw::{IdFn, call_id_fn};
 pub const VER_CURRENT: c_int = 0x0700_0000;
 const VER_7_1: c_int = 0x0701_0000;
 
-/// What `PAPI_library_init` set up.
+/// What `PAPI_library_init` set up that changes rarely (the hot paths
+/// read atomics instead: a preempted lock holder would stall every thread).
 #[derive(Debug, Default)]
 pub struct Init {
     /// The process that initialised (a forked child initialises again).
     pub pid: u32,
-    /// The low-level library.
-    pub lib: Option<Library>,
-    /// `PAPI_thread_init`'s function.
-    pub id_fn: Option<IdFn>,
-    /// Default domain of new sets (`PAPI_set_domain`), PAPI bits.
-    pub domain: c_int,
-    /// Default granularity of new sets.
-    pub granularity: c_int,
     /// `PAPI_set_debug` level.
     pub debug: c_int,
     /// Components disabled before init, with the reason.
@@ -34,15 +28,7 @@ pub struct Init {
 }
 
 fn init_state() -> MutexGuard<'static, Init> {
-    static STATE: Mutex<Init> = Mutex::new(Init {
-        pid: 0,
-        lib: None,
-        id_fn: None,
-        domain: 1,
-        granularity: 1,
-        debug: 0,
-        disabled: BTreeMap::new(),
-    });
+    static STATE: Mutex<Init> = Mutex::new(Init { pid: 0, debug: 0, disabled: BTreeMap::new() });
     // Every update leaves the state whole, so a poisoned lock is usable.
     STATE.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -52,6 +38,30 @@ pub fn with<T>(f: impl FnOnce(&mut Init) -> T) -> T {
     f(&mut init_state())
 }
 
+/// Whether the library is initialised (between init and shutdown).
+static INITIALIZED: AtomicBool = AtomicBool::new(false);
+/// `PAPI_thread_init`'s function, as an address (0: none).
+static ID_FN: AtomicUsize = AtomicUsize::new(0);
+/// Default domain of new sets (`PAPI_set_domain`), PAPI bits.
+static DOMAIN: AtomicI32 = AtomicI32::new(1);
+/// Default granularity of new sets.
+static GRANULARITY: AtomicI32 = AtomicI32::new(1);
+
+/// The default domain and granularity of new sets.
+pub fn defaults() -> (c_int, c_int) {
+    (DOMAIN.load(Ordering::Relaxed), GRANULARITY.load(Ordering::Relaxed))
+}
+
+/// Sets the default domain of new sets.
+pub fn set_default_domain(d: c_int) {
+    DOMAIN.store(d, Ordering::Relaxed);
+}
+
+/// Sets the default granularity of new sets.
+pub fn set_default_granularity(g: c_int) {
+    GRANULARITY.store(g, Ordering::Relaxed);
+}
+
 /// `PAPI_library_init`.
 pub fn library_init(version: c_int) -> Result<c_int, Code> {
     if version != VER_CURRENT && version != VER_7_1 {
@@ -59,56 +69,57 @@ pub fn library_init(version: c_int) -> Result<c_int, Code> {
     }
     let pid = std::process::id();
     let mut st = init_state();
-    if st.lib.is_some() && st.pid == pid {
+    if INITIALIZED.load(Ordering::Acquire) && st.pid == pid {
         return Ok(VER_CURRENT);
     }
-    if st.lib.is_some() {
+    if INITIALIZED.load(Ordering::Acquire) {
         // A forked child: the parent's sets share their descriptors with
         // the parent; closing or disabling them here would stop its counting.
         crate::sets::forget_all();
-        st.id_fn = None;
+        ID_FN.store(0, Ordering::Relaxed);
+        threads().clear();
     }
-    let lib = papirus_lowlevel::init().map_err(|e| e.code())?;
-    st.lib = Some(lib);
+    papirus_lowlevel::init().map_err(|e| e.code())?;
     st.pid = pid;
+    INITIALIZED.store(true, Ordering::Release);
     drop(st);
     register_current();
     Ok(VER_CURRENT)
 }
 
-/// The library, or ENOINIT before `PAPI_library_init` in this process.
+/// The library, or ENOINIT before `PAPI_library_init` (or after shutdown).
 pub fn lib() -> Result<Library, Code> {
-    let st = init_state();
-    match &st.lib {
-        Some(l) if st.pid == std::process::id() => Ok(l.clone()),
-        _ => Err(Code::Enoinit),
+    if !INITIALIZED.load(Ordering::Acquire) {
+        return Err(Code::Enoinit);
     }
+    papirus_lowlevel::init().map_err(|e| e.code())
 }
 
-/// Whether `PAPI_library_init` ran in this process.
+/// Whether `PAPI_library_init` ran.
 pub fn initialized() -> bool {
-    lib().is_ok()
+    INITIALIZED.load(Ordering::Acquire)
 }
 
 /// `PAPI_is_initialized`: PAPI's bits.
 pub fn is_initialized() -> c_int {
-    let st = init_state();
-    if st.lib.is_none() || st.pid != std::process::id() {
+    if !initialized() {
         return 0;
     }
-    1 | if st.id_fn.is_some() { 4 } else { 0 }
+    1 | if id_fn().is_some() { 4 } else { 0 }
 }
 
 /// `PAPI_shutdown`: every set stopped and freed, back to not initialised.
 pub fn shutdown() {
     crate::sets::destroy_all();
-    let mut st = init_state();
-    st.lib = None;
-    st.id_fn = None;
-    st.domain = 1;
-    st.granularity = 1;
-    drop(st);
+    INITIALIZED.store(false, Ordering::Release);
+    ID_FN.store(0, Ordering::Relaxed);
+    DOMAIN.store(1, Ordering::Relaxed);
+    GRANULARITY.store(1, Ordering::Relaxed);
     threads().clear();
+}
+
+fn id_fn() -> Option<IdFn> {
+    crate::raw::id_fn_at(ID_FN.load(Ordering::Acquire))
 }
 
 // ---------------------------------------------------------------------------
@@ -116,15 +127,12 @@ pub fn shutdown() {
 
 /// `PAPI_thread_init`.
 pub fn thread_init(f: Option<IdFn>) -> Result<c_int, Code> {
-    let mut st = init_state();
-    if st.lib.is_none() {
+    if !initialized() {
         return Err(Code::Enoinit);
     }
     let Some(f) = f else { return Err(Code::Einval) };
     // As PAPI: the first function stays; later calls change nothing.
-    if st.id_fn.is_none() {
-        st.id_fn = Some(f);
-        drop(st);
+    if ID_FN.compare_exchange(0, f as usize, Ordering::AcqRel, Ordering::Acquire).is_ok() {
         threads().clear();
         register_current();
     }
@@ -134,7 +142,7 @@ pub fn thread_init(f: Option<IdFn>) -> Result<c_int, Code> {
 /// `PAPI_thread_id`: the application's id, or `PAPI_EMISC` as an unsigned
 /// long before `PAPI_thread_init`, as PAPI returns.
 pub fn thread_id() -> c_ulong {
-    match init_state().id_fn {
+    match id_fn() {
         Some(f) => call_id_fn(f),
         None => Code::Emisc.value() as c_ulong,
     }
@@ -143,7 +151,7 @@ pub fn thread_id() -> c_ulong {
 /// The key a thread is known by: the application's id when it gave a
 /// function, else the kernel's.
 fn key() -> c_ulong {
-    match init_state().id_fn {
+    match id_fn() {
         Some(f) => call_id_fn(f),
         None => papirus_lowlevel::thread_id() as c_ulong,
     }
