@@ -10,13 +10,15 @@
 # Usage: capi/scripts/papi-ctests.sh [WORKDIR]
 #   Needs: cargo build --release -p papirus-capi; gcc; Debian's libpapi-dev
 #   (installed with apt-get if missing); network access to deb.debian.org.
-#   PAPIRUS_CTESTS_TIMEOUT (default 60) bounds each test in seconds.
+#   PAPIRUS_CTESTS_TIMEOUT (default 120) bounds each test in seconds;
+#   PAPI_EVENTS_FOR_HL, when set, is PAPI_EVENTS for every test (e.g.
+#   perf::TASK-CLOCK, so PAPI's high-level tests have an event here).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/../.." && pwd)
 lib="$here/target/release/libpapi.so"
 inc="$here/capi/include"
-timeout_s=${PAPIRUS_CTESTS_TIMEOUT:-60}
+timeout_s=${PAPIRUS_CTESTS_TIMEOUT:-120}
 [ -f "$lib" ] || { echo "build papirus first: cargo build --release -p papirus-capi" >&2; exit 2; }
 [ -f /usr/include/papi.h ] || apt-get install -y -q --no-install-recommends libpapi-dev >/dev/null
 
@@ -85,7 +87,7 @@ build papirus "$inc" -L"$here/target/release" -Wl,-rpath,"$work/subst-lib" -lpap
 verdict() { # verdict DIR TEST [LD_LIBRARY_PATH]
     local dir=$1 t=$2 llp=${3:-} out rc
     [ -x "$dir/$t" ] || { echo "NOBUILD"; return; }
-    out=$(cd "$dir" && env ${llp:+LD_LIBRARY_PATH=$llp} PAPI_EVENTS="${PAPI_EVENTS_FOR_HL:-}" \
+    out=$(cd "$dir" && env ${llp:+LD_LIBRARY_PATH=$llp} ${PAPI_EVENTS_FOR_HL:+PAPI_EVENTS=$PAPI_EVENTS_FOR_HL} \
         timeout -s KILL "$timeout_s" "./$t" TESTS_QUIET 2>&1) && rc=0 || rc=$?
     printf '%s\n' "$out" >"$dir/$t.${llp:+subst.}out"
     if [ $rc -eq 137 ]; then echo HANG

@@ -214,8 +214,12 @@ fn add_code(s: &mut Slot, code: u32) -> Result<(), Code> {
     if s.set.codes().contains(&code) {
         return Err(Code::Ecnflct);
     }
-    if code & 0xC000_0000 == papirus_lowlevel::preset::PRESET_MASK && events::preset(code).is_none() {
-        return Err(Code::Enoevnt);
+    if code & 0xC000_0000 == papirus_lowlevel::preset::PRESET_MASK {
+        // Known unavailable here (the first query opened it): no new attempt.
+        let p = events::preset(code).ok_or(Code::Enoevnt)?;
+        if !events::preset_status(p)?.available {
+            return Err(Code::Enoevnt);
+        }
     }
     s.set.add_code(code).map(drop).map_err(|e| {
         if s.set.is_empty() {

@@ -21,6 +21,7 @@ pub fn include_dir() -> PathBuf {
 /// What the C programs need, built once.
 #[derive(Debug)]
 pub struct Env {
+    /// Where the programs are built.
     pub dir: tempfile::TempDir,
     /// A directory with papirus' library as `libpapi.so.7.0` (and `.so`).
     pub papirus_lib: PathBuf,
@@ -28,6 +29,7 @@ pub struct Env {
     pub debian: Result<(), String>,
 }
 
+/// The environment, set up once.
 pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
