@@ -12,3 +12,4 @@ mod abi;
 mod fortran;
 mod highlevel;
 mod programs;
+mod tools;
