@@ -87,9 +87,16 @@ build papirus "$inc" -L"$here/target/release" -Wl,-rpath,"$work/subst-lib" -lpap
 verdict() { # verdict DIR TEST [LD_LIBRARY_PATH]
     local dir=$1 t=$2 llp=${3:-} out rc
     [ -x "$dir/$t" ] || { echo "NOBUILD"; return; }
-    out=$(cd "$dir" && env ${llp:+LD_LIBRARY_PATH=$llp} ${PAPI_EVENTS_FOR_HL:+PAPI_EVENTS=$PAPI_EVENTS_FOR_HL} \
-        timeout -s KILL "$timeout_s" "./$t" TESTS_QUIET 2>&1) && rc=0 || rc=$?
-    printf '%s\n' "$out" >"$dir/$t.${llp:+subst.}out"
+    local log="$dir/$t.${llp:+subst.}out" pid
+    # Each test runs in a session of its own (its id is the test's pid), so
+    # whatever it forked and left behind, stopped under ptrace say, is
+    # killed with it; the output goes to a file no child can hold open.
+    (cd "$dir" && exec env ${llp:+LD_LIBRARY_PATH=$llp} ${PAPI_EVENTS_FOR_HL:+PAPI_EVENTS=$PAPI_EVENTS_FOR_HL} \
+        setsid timeout -s KILL "$timeout_s" "./$t" TESTS_QUIET) >"$log" 2>&1 </dev/null &
+    pid=$!
+    wait "$pid" && rc=0 || rc=$?
+    pkill -KILL -s "$pid" 2>/dev/null || true
+    out=$(cat "$log")
     if [ $rc -eq 137 ]; then echo HANG
     elif [ $rc -gt 128 ]; then echo "CRASH($((rc - 128)))"
     elif grep -q "FAILED" <<<"$out"; then echo FAILED
