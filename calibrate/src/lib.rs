@@ -4,11 +4,10 @@
 //! that counts of known workloads are right.
 //!
 //! Rows live in a [`Registry`]; other crates add theirs with
-//! [`Registry::add`] and run the whole tool with [`cli::main_with`].
+//! [`Registry::add`]; the `papirus-calibrate` tool (papirus-tools) runs them.
 #![deny(unsafe_code)]
 
 pub mod builtin;
-pub mod cli;
 pub mod costfile;
 pub mod measure;
 pub mod rows;

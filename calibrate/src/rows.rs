@@ -1,7 +1,7 @@
 //! The rows papirus-calibrate measures, kept in a [`Registry`] that other
 //! crates extend: the probe tool registers its trampoline and probe rows
 //! with [`Registry::add`] (or [`Registry::add_timed`]) and runs them through
-//! the same binary entry point ([`crate::cli::main_with`]).
+//! the same command line (`papirus_tools::calibrate::main_with`).
 //!
 //! A row runs once, returns one or more [`Cost`]s, or the reason it cannot
 //! run here ([`Unavailable`]).

@@ -24,7 +24,6 @@
 #![deny(unsafe_code)]
 
 pub mod avail;
-pub mod cli;
 pub mod derived;
 pub mod error;
 pub mod eventset;

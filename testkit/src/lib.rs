@@ -19,8 +19,9 @@ pub fn skip(reason: impl Display) {
 /// A C or C++ program or shared library built by gcc/g++ for a test.
 ///
 /// ```no_run
-/// let dir = tempfile::tempdir().unwrap();
-/// let exe = papirus_testkit::Cc::new("tests/targets/loop.c").opt("-O2").arg("-pthread").build(dir.path(), "loop");
+/// # fn f(dir: &std::path::Path) {
+/// let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_loop.c")).arg("-pthread").build(dir, "loop");
+/// # }
 /// ```
 #[derive(Debug, Clone)]
 pub struct Cc {
@@ -156,4 +157,9 @@ pub fn debian_package(package: &str, present: impl Fn() -> bool) -> Result<(), S
 /// Whether `cmd ARGS` runs and succeeds (a tool's presence check).
 pub fn runs(cmd: &str, args: &[&str]) -> bool {
     Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
+}
+
+/// The source of a shared test target, `testkit/targets/NAME`.
+pub fn target(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("targets").join(name)
 }

@@ -7,6 +7,4 @@ mod util;
 mod bad_input;
 mod fastread;
 mod processes;
-mod stat;
 mod threads;
-mod tools;

@@ -49,16 +49,6 @@ pub fn work() -> PathBuf {
     .clone()
 }
 
-/// A binary of this crate.
-pub fn tool(name: &str) -> Command {
-    let path = match name {
-        "papirus-avail" => env!("CARGO_BIN_EXE_papirus-avail"),
-        "papirus-native-avail" => env!("CARGO_BIN_EXE_papirus-native-avail"),
-        _ => env!("CARGO_BIN_EXE_papirus-stat"),
-    };
-    Command::new(path)
-}
-
 /// Touches `pages` fresh pages of a new mapping (each a minor fault).
 pub fn touch_pages(pages: usize) {
     // Above 32 MiB glibc maps fresh zero pages (calloc leaves them

@@ -1,7 +1,0 @@
-//! `papirus-calibrate`: see `papirus-calibrate --help`.
-#![deny(unsafe_code)]
-
-fn main() -> std::process::ExitCode {
-    papirus_substrate::sys::default_sigpipe();
-    papirus_calibrate::cli::main_with(|_| {})
-}

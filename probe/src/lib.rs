@@ -1,0 +1,14 @@
+//! papirus-probe: find a program's functions, control its process, and
+//! patch trampolines into it.
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod input;
+pub mod inventory;
+pub mod maps;
+pub mod output;
+pub mod patch;
+pub mod process;
+pub mod session;
+
+pub use error::{Error, Result};

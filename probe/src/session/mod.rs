@@ -1,0 +1,357 @@
+//! The probe tool's work: choose a target's functions, load the probe
+//! runtime into it, start a session whose results segment the tool maps
+//! ([`results`]), patch the functions with trampolines that call the
+//! runtime, and write the report from the segment (`papirus-probe run`,
+//! `attach`, `report`). The target never writes a file for papirus.
+//!
+//! The runtime (`libpapirus_probe_runtime.so`) is found with no configuration
+//! at fixed places relative to the running executable, first hit wins (see
+//! [`RUNTIME_PLACES`]); `$PAPIRUS_PROBE_RUNTIME` overrides.
+
+mod attach;
+pub mod cost;
+mod patching;
+mod release;
+mod report;
+mod results;
+mod run;
+mod select;
+
+use std::path::{Path, PathBuf};
+
+pub use papirus_probe_abi::{Probe, Report, Window};
+
+pub use attach::{AttachOptions, AttachSummary, attach};
+pub use patching::RemoteSpace;
+use patching::{patch_stopped, unpatch_stopped};
+pub use release::Kept;
+pub use report::{NAME_WIDTH, ProbeCost, SortKey, View, format_report, format_summary};
+pub use run::{RunOptions, RunSummary, run};
+use select::select;
+pub use select::{MAIN_MODULE, Selection};
+
+use crate::patch::{Installed, PatchError, Refused};
+use crate::process::Process;
+
+/// File name of the runtime library.
+pub const RUNTIME_FILE: &str = "libpapirus_probe_runtime.so";
+/// Environment variable that overrides where the runtime is looked for.
+pub const RUNTIME_ENV: &str = "PAPIRUS_PROBE_RUNTIME";
+
+/// Failures of the probe tool.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// Process control or inventory.
+    #[error(transparent)]
+    Process(#[from] crate::Error),
+    /// Patching.
+    #[error(transparent)]
+    Patch(#[from] PatchError),
+    /// The runtime library is not where it should be.
+    #[error(
+        "the probe runtime {RUNTIME_FILE} was not found for {}: looked in {searched} \
+         (and ${RUNTIME_ENV} is unset); build it with `cargo build -p papirus-probe-runtime` \
+         (same profile as papirus-probe)", .exe.display()
+    )]
+    NoRuntime {
+        /// The running executable.
+        exe: PathBuf,
+        /// Every place looked, in order.
+        searched: String,
+    },
+    /// A file the tool reads or writes.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A report that does not parse.
+    #[error("{path} is not a papirus probe report: {source}")]
+    BadReport {
+        /// The file.
+        path: PathBuf,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// A report of another format version.
+    #[error("{path} has report format {found}; this papirus-probe reads format {expected}")]
+    ReportVersion {
+        /// The file.
+        path: PathBuf,
+        /// Its version.
+        found: u32,
+        /// Ours.
+        expected: u32,
+    },
+    /// A `--module` pattern that names no module of the process.
+    #[error("no module of the process matches `{pattern}`; its modules: {modules}")]
+    NoModule {
+        /// The pattern.
+        pattern: String,
+        /// The modules there are.
+        modules: String,
+    },
+    /// No function matched the selection.
+    #[error("no function of {modules} matches {globs}: see `papirus-probe list`")]
+    NothingSelected {
+        /// Modules searched.
+        modules: String,
+        /// The globs.
+        globs: String,
+    },
+    /// The runtime refused its session inside the target.
+    #[error("the probe runtime in pid {pid} could not start a session: {reason}")]
+    Setup {
+        /// The target.
+        pid: i32,
+        /// Why.
+        reason: String,
+    },
+    /// Another papirus-probe holds a session in the target.
+    #[error("pid {pid} is already instrumented by papirus-probe pid {owner}: wait for it to detach")]
+    Busy {
+        /// The target.
+        pid: i32,
+        /// The other tool's pid.
+        owner: u32,
+    },
+    /// A results segment that cannot be trusted.
+    #[error("the results segment of pid {pid} is unusable: {reason}")]
+    BadSegment {
+        /// The target.
+        pid: i32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The report cannot be written.
+    #[error(transparent)]
+    Output(#[from] crate::output::OutputError),
+    /// `run` could not instrument the program it started, so it killed it.
+    #[error("{reason}; the program (pid {pid}) was killed")]
+    Killed {
+        /// The program.
+        pid: i32,
+        /// Why instrumenting it failed.
+        reason: String,
+    },
+    /// An unknown probe name.
+    #[error("unknown probe `{0}`: use wallclock, counters or empty")]
+    UnknownProbe(String),
+    /// Events given to a probe that reads none, or a bad event list.
+    #[error("{0}")]
+    Events(String),
+}
+
+/// Where the runtime is looked for, relative to the directory of the
+/// running executable, in this order; the first that exists wins.
+///
+/// - `deps/`: `cargo build`/`cargo run` put the tool in `target/<profile>/`
+///   and build the runtime, a dependency, into `target/<profile>/deps/`;
+///   that copy is rebuilt with the tool (the one uplifted to
+///   `target/<profile>/` is refreshed only when the runtime is built by name).
+/// - `.`: test binaries live in `deps/` themselves; an installed tool may
+///   keep the runtime beside it.
+/// - `../lib/papirus/`: an installation under a prefix (`bin/`, `lib/papirus/`).
+pub const RUNTIME_PLACES: [&str; 3] = ["deps", ".", "../lib/papirus"];
+
+/// Finds the runtime library: `$PAPIRUS_PROBE_RUNTIME` when set, else the
+/// first of [`RUNTIME_PLACES`] beside the running executable that holds
+/// a regular file of that name. Never a directory the user did not install
+/// papirus in, and never "the newest of several".
+pub fn find_runtime() -> Result<PathBuf, ProbeError> {
+    if let Some(p) = std::env::var_os(RUNTIME_ENV) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|source| ProbeError::Io {
+        op: "locate",
+        path: "/proc/self/exe".into(),
+        source,
+    })?;
+    runtime_beside(&exe)
+}
+
+/// The first of [`RUNTIME_PLACES`] relative to `exe`'s directory that holds
+/// a regular file named [`RUNTIME_FILE`].
+fn runtime_beside(exe: &Path) -> Result<PathBuf, ProbeError> {
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let places: Vec<PathBuf> = RUNTIME_PLACES.iter().map(|p| dir.join(p).join(RUNTIME_FILE)).collect();
+    match places.iter().find(|p| std::fs::metadata(p).is_ok_and(|md| md.is_file())) {
+        Some(p) => Ok(p.clone()),
+        None => Err(ProbeError::NoRuntime {
+            exe: exe.to_path_buf(),
+            searched: places.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "),
+        }),
+    }
+}
+
+/// Parses a probe name.
+pub fn parse_probe(name: &str) -> Result<Probe, ProbeError> {
+    match name {
+        "wallclock" => Ok(Probe::Wallclock),
+        "empty" => Ok(Probe::Empty),
+        "counters" => Ok(Probe::Counters),
+        other => Err(ProbeError::UnknownProbe(other.to_string())),
+    }
+}
+
+/// Checks a probe's event list here, before the target is touched: the
+/// counters probe needs 1 to 4 events papirus-substrate can parse, the others none.
+pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
+    match probe {
+        Probe::Counters if events.is_empty() || events.len() > 4 => Err(ProbeError::Events(
+            "the counters probe reads 1 to 4 events: --events task-clock,page-faults".into(),
+        )),
+        Probe::Counters => {
+            for e in events {
+                papirus_substrate::parse_event(e)
+                    .map_err(|err| ProbeError::Events(format!("event {e}: {err}")))?;
+            }
+            Ok(())
+        }
+        _ if !events.is_empty() => {
+            Err(ProbeError::Events(format!("--events needs --probe counters (probe is {})", probe.name())))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The event names `--events` values stand for: each value split by the
+/// shared event-list splitter (commas inside `pmu/…/` terms stay), and each
+/// PAPI preset replaced by the native event it counts here, resolved as
+/// papirus-stat resolves it (an unavailable preset fails with the same reason).
+pub fn expand_events(values: &[String]) -> Result<Vec<String>, ProbeError> {
+    let mut names = Vec::new();
+    for v in values {
+        let split = papirus_substrate::names::split_event_names(v)
+            .map_err(|e| ProbeError::Events(format!("--events {v}: {e}")))?;
+        for name in split {
+            if papirus_lowlevel::preset::preset_by_name(&name).is_some() {
+                names.push(preset_native(&name)?);
+            } else {
+                names.push(name);
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// The one native event preset `name` counts on this machine.
+fn preset_native(name: &str) -> Result<String, ProbeError> {
+    let lib = papirus_lowlevel::init().map_err(|e| ProbeError::Events(e.to_string()))?;
+    let mut set = lib.event_set();
+    set.add_named(name).map_err(|e| ProbeError::Events(e.to_string()))?;
+    let info = set.events().into_iter().next();
+    match info.as_ref().map(|i| i.terms.as_slice()) {
+        Some([native]) => Ok(native.clone()),
+        _ => Err(ProbeError::Events(format!(
+            "preset {name} is derived from several native events here; the counters probe reads native events: name them instead"
+        ))),
+    }
+}
+
+/// The runtime's entry points inside the target.
+#[derive(Debug, Clone, Copy)]
+struct TargetHooks {
+    enter: u64,
+    unwind_begin: u64,
+    catch: u64,
+    setup: u64,
+    teardown: u64,
+}
+
+impl TargetHooks {
+    fn find(p: &Process) -> Result<TargetHooks, ProbeError> {
+        let module = RUNTIME_FILE.trim_end_matches(".so");
+        let f = |name| p.module_function(module, name);
+        Ok(TargetHooks {
+            enter: f("papirus_probe_enter")?,
+            unwind_begin: f("papirus_probe_unwind_begin")?,
+            catch: f("papirus_probe_catch")?,
+            setup: f("papirus_probe_setup")?,
+            teardown: f("papirus_probe_teardown")?,
+        })
+    }
+}
+
+/// Prints what was instrumented and refused, to stderr (the program owns
+/// stdout). The run and attach flows call it right after patching, before the
+/// target resumes, so a hang still shows it. Refusals with the same reason
+/// are one line with a count; the unwinder hooks papirus adds for itself are
+/// not counted as instrumented functions. A failed write is ignored: the
+/// target is stopped and must be resumed whatever stderr does.
+pub fn print_summary(installed: &[Installed], refused: &[Refused]) {
+    let _ = report::write_summary(&mut std::io::stderr().lock(), installed, refused);
+}
+
+/// `name` with control characters (terminal escapes included) written as
+/// Rust escapes, so a symbol name cannot drive the terminal.
+pub fn escape(name: &str) -> String {
+    if !name.chars().any(char::is_control) {
+        return name.to_string();
+    }
+    name.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// Reads a report file.
+pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
+    // A regular file of bounded size, opened without blocking: `report` on a
+    // FIFO, a device or a huge sparse file fails at once.
+    let bytes = crate::input::read_file(path, crate::input::REPORT_LIMIT).map_err(crate::Error::from)?;
+    let text = String::from_utf8(bytes).map_err(|e| ProbeError::Io {
+        op: "read report",
+        path: path.into(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })?;
+    parse_report(path, text.as_bytes())
+}
+
+/// Parses a report into typed structs, checking its format version first.
+fn parse_report(path: &Path, bytes: &[u8]) -> Result<Report, ProbeError> {
+    #[derive(serde::Deserialize)]
+    struct Version {
+        format_version: u32,
+    }
+    let v: Version = serde_json::from_slice(bytes)
+        .map_err(|source| ProbeError::BadReport { path: path.into(), source })?;
+    if v.format_version != papirus_probe_abi::FORMAT_VERSION {
+        return Err(ProbeError::ReportVersion {
+            path: path.into(),
+            found: v.format_version,
+            expected: papirus_probe_abi::FORMAT_VERSION,
+        });
+    }
+    serde_json::from_slice(bytes).map_err(|source| ProbeError::BadReport { path: path.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_search_order_is_fixed() {
+        let root = tempfile::tempdir().unwrap();
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(bin.join("deps")).unwrap();
+        let exe = bin.join("papirus-probe");
+        let err = runtime_beside(&exe).unwrap_err().to_string();
+        for place in ["bin/deps/", "bin/./", "bin/../lib/papirus/"] {
+            assert!(err.contains(&format!("{place}{RUNTIME_FILE}")), "{place} not named: {err}");
+        }
+        // A directory of that name is not a runtime.
+        std::fs::create_dir(bin.join(RUNTIME_FILE)).unwrap();
+        assert!(runtime_beside(&exe).is_err());
+        std::fs::create_dir_all(root.path().join("lib/papirus")).unwrap();
+        std::fs::write(root.path().join("lib/papirus").join(RUNTIME_FILE), b"").unwrap();
+        assert_eq!(runtime_beside(&exe).unwrap(), bin.join("../lib/papirus").join(RUNTIME_FILE));
+        // deps/ comes first, whichever copy is newer.
+        std::fs::write(bin.join("deps").join(RUNTIME_FILE), b"").unwrap();
+        assert_eq!(runtime_beside(&exe).unwrap(), bin.join("deps").join(RUNTIME_FILE));
+    }
+}

@@ -1,0 +1,165 @@
+//! `papirus-probe run`: start a program with the runtime preloaded, start a
+//! session and patch the chosen functions while it is stopped at its entry
+//! point, let it run, and write the report from the results segment however
+//! it ends (exit, `_exit`, a fatal signal, SIGKILL from outside, `execve`).
+//!
+//! While it runs, the tool keeps only the main thread traced, for its
+//! `execve` event (the runtime's tables vanish from an image that execs, so
+//! the measurement of that process ends there; the hold passes from patching
+//! to following without a detach, so no exec goes unseen); every signal that
+//! stops it is passed on at once.
+//!
+//! # Safety
+//!
+//! One raw `ptrace(PTRACE_LISTEN)` (nix has no wrapper) on our own tracee.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use nix::sys::ptrace;
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use super::results::{Results, other_process_state, write};
+use super::{ProbeError, Selection, TargetHooks, patch_stopped, select};
+use crate::inventory::Inventory;
+use crate::patch::Refused;
+use crate::process::{Exit, Process, Spawn};
+use papirus_probe_abi::Probe;
+
+/// What to run and measure.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The probe.
+    pub probe: Probe,
+    /// Counter events of the counters probe.
+    pub events: Vec<String>,
+    /// Which functions.
+    pub selection: Selection,
+    /// Where the report goes.
+    pub output: PathBuf,
+    /// The program.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<OsString>,
+    /// The runtime library.
+    pub runtime: PathBuf,
+    /// Keep ended threads' figures per thread (bounded) instead of folding them.
+    pub per_thread: bool,
+}
+
+/// How a run went.
+#[derive(Debug)]
+pub struct RunSummary {
+    /// The program's process id.
+    pub pid: i32,
+    /// How it ended.
+    pub exit: Exit,
+    /// Whether it replaced itself with `execve` (its measurement ended there).
+    pub exec: bool,
+    /// Functions patched.
+    pub installed: usize,
+    /// Functions refused, with reasons.
+    pub refused: Vec<Refused>,
+    /// The report file (written by the tool when the program ended).
+    pub output: PathBuf,
+    /// How long reading the segment and writing the report took.
+    pub report_time: std::time::Duration,
+}
+
+/// Runs the program instrumented, waits for it to end and writes the report.
+pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
+    super::check_events(opts.probe, &opts.events)?;
+    crate::output::check_writable(&opts.output)?;
+    let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
+    let mut p = Spawn::new(&opts.program).args(&opts.args).preload(&runtime).spawn()?;
+    let pid = p.pid();
+    let prepared = prepare(&mut p, opts);
+    let (names, results, installed, refused) = match prepared {
+        Ok(v) => v,
+        Err(e) => {
+            // Nothing of what was asked can be measured: do not leave it running unmeasured.
+            drop(p);
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            let _ = waitpid(Pid::from_raw(pid), None);
+            return Err(ProbeError::Killed { pid, reason: e.to_string() });
+        }
+    };
+    p.resume_following(ptrace::Options::PTRACE_O_TRACEEXEC)?;
+    let (exit, exec) = follow(pid)?;
+    let ended = |p: u32| {
+        if p == pid as u32 {
+            if exec { format!("execve, then {exit}") } else { exit.to_string() }
+        } else {
+            other_process_state(p)
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let report = results.report(pid, opts.probe, &opts.events, names, &ended)?;
+    write(&opts.output, &report)?;
+    let report_time = t0.elapsed();
+    Ok(RunSummary { pid, exit, exec, installed, refused, output: opts.output.clone(), report_time })
+}
+
+type Prepared = (Vec<String>, Results, usize, Vec<Refused>);
+
+/// Selects, starts the session and patches, the target stopped at its entry.
+fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
+    let pid = p.pid();
+    let hooks = TargetHooks::find(p).map_err(|e| match e {
+        ProbeError::Process(_) => ProbeError::Setup {
+            pid,
+            reason: "the runtime is not loaded in it (a static program cannot load it with LD_PRELOAD)"
+                .into(),
+        },
+        other => other,
+    })?;
+    let inv = Inventory::of_process(pid)?;
+    let (names, specs) =
+        select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
+    let results = Results::start(p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
+    let outcome = patch_stopped(p, &specs)?;
+    let (installed, refused) = (outcome.installed, outcome.refused);
+    super::print_summary(&installed, &refused);
+    Ok((names, results, installed.len(), refused))
+}
+
+/// Waits for the program to end, its main thread still traced for
+/// `execve` (and nothing else); returns how it ended and whether it exec'd.
+fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
+    let target = Pid::from_raw(pid);
+    let mut exec = false;
+    let mut traced = true;
+    loop {
+        let status = match waitpid(target, Some(WaitPidFlag::__WALL)) {
+            Ok(s) => s,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                return Err(ProbeError::Io {
+                    op: "wait for",
+                    path: format!("/proc/{pid}").into(),
+                    source: std::io::Error::from(e),
+                });
+            }
+        };
+        match status {
+            WaitStatus::Exited(_, code) => return Ok((Exit::Code(code), exec)),
+            WaitStatus::Signaled(_, sig, _) => return Ok((Exit::Signal(sig as i32), exec)),
+            WaitStatus::PtraceEvent(_, _, ev) if ev == libc::PTRACE_EVENT_EXEC => {
+                exec = true;
+                traced = ptrace::detach(target, None).is_err();
+            }
+            // A group stop (SIGSTOP and friends) under PTRACE_SEIZE: stay stopped until SIGCONT.
+            WaitStatus::PtraceEvent(..) if traced => {
+                // SAFETY: PTRACE_LISTEN on our own tracee in a group stop.
+                unsafe { libc::ptrace(libc::PTRACE_LISTEN, pid, 0, 0) };
+            }
+            WaitStatus::Stopped(_, sig) if traced => {
+                let _ = ptrace::cont(target, sig);
+            }
+            _ => {}
+        }
+    }
+}

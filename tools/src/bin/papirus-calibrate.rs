@@ -1,0 +1,7 @@
+//! `papirus-calibrate`: see `papirus-calibrate --help`.
+#![deny(unsafe_code)]
+
+fn main() -> std::process::ExitCode {
+    papirus_substrate::sys::default_sigpipe();
+    papirus_tools::calibrate::main_with(|_| {})
+}

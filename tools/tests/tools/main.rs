@@ -1,0 +1,19 @@
+//! Integration tests of papirus' command-line tools: one binary, one module
+//! per tool or topic. Each test builds its own targets (`papirus-testkit`)
+//! and works in a private scratch directory.
+
+mod util;
+
+mod attacks;
+mod avail;
+mod calibrate;
+mod hwinfo;
+mod inventory;
+mod patcher;
+mod probe_calibrate;
+mod probe_cli;
+mod probe_run;
+mod results;
+mod seccomp;
+mod stat;
+mod stress;

@@ -1,0 +1,459 @@
+//! The patcher on the entries it used to get wrong or refuse: functions that
+//! take their own address RIP-relatively (CPython's `subtype_traverse`),
+//! functions of 2, 3 and 4 bytes, and IFUNCs, each through `papirus-probe
+//! run` on a program built here or a Python of this machine, compared with
+//! the uninstrumented run and with kernel uprobe counts.
+
+use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+use papirus_probe_abi as rt;
+
+fn build(dir: &Path, src: &str, extra: &[&str]) -> PathBuf {
+    let src = papirus_testkit::target(src);
+    let out = dir.join(src.file_stem().unwrap());
+    let ok = Command::new("gcc").args(["-O2", "-o"]).arg(&out).arg(&src).args(extra).status().unwrap();
+    assert!(ok.success(), "building {}", src.display());
+    out
+}
+
+fn probe_run(out: &Path, opts: &[&str], program: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .arg("run")
+        .args(opts)
+        .arg("-o")
+        .arg(out)
+        .arg("--")
+        .args(program)
+        .output()
+        .unwrap()
+}
+
+fn report(path: &Path) -> rt::Report {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Calls of `name` summed over threads.
+fn calls(r: &rt::Report, name: &str) -> u64 {
+    let id = r.id(name).unwrap_or_else(|| panic!("{name} not in the session"));
+    r.threads.iter().flat_map(|t| &t.functions).filter(|f| f.id == id).map(|f| f.calls).sum()
+}
+
+/// Where `at` names a place in `path`: a symbol, or `+0x…` a link-time address.
+#[derive(Clone, Copy)]
+enum At<'a> {
+    Symbol(&'a str),
+    Address(u64),
+}
+
+/// A counting uprobe at `at` of the file `path` in process `pid`, enabled when it execs.
+fn uprobe(path: &Path, at: At, pid: i32) -> std::io::Result<OwnedFd> {
+    use perf_event_open_sys::bindings::perf_event_attr;
+    let data = std::fs::read(path)?;
+    let obj = object::File::parse(&*data).unwrap();
+    let addr = match at {
+        At::Symbol(symbol) => obj.symbols().find(|s| s.name() == Ok(symbol)).unwrap().address(),
+        At::Address(a) => a,
+    };
+    let seg = obj.segments().find(|g| (g.address()..g.address() + g.size()).contains(&addr)).unwrap();
+    let offset = addr - seg.address() + seg.file_range().0;
+    let ty: u32 =
+        std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?.trim().parse().unwrap();
+    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    let mut attr =
+        perf_event_attr { size: size_of::<perf_event_attr>() as u32, type_: ty, ..Default::default() };
+    attr.uprobe_path = c.as_ptr() as u64;
+    attr.probe_offset = offset;
+    attr.set_disabled(1);
+    attr.set_enable_on_exec(1);
+    // SAFETY: a valid attr whose path outlives the call; a counting event on one process.
+    let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, pid, -1, -1, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: perf_event_open returned a new fd that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn read_count(fd: &OwnedFd) -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    std::fs::File::from(fd.try_clone().unwrap()).read_exact(&mut b).expect("read a perf counter");
+    u64::from_ne_bytes(b)
+}
+
+/// Kernel uprobe counts at `places` of `file` over one plain run of `program`, or the kernel's reason.
+fn uprobe_counts(program: &Path, args: &[&str], file: &Path, places: &[At]) -> std::io::Result<Vec<u64>> {
+    // A shell that stops itself, then execs the program: the counters exist
+    // before the program's first instruction and count from its exec on.
+    let mut child = Command::new("sh")
+        .args(["-c", "kill -STOP $$; exec \"$0\" \"$@\""])
+        .arg(program)
+        .args(args)
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut st = 0;
+    // SAFETY: waits for our own child's stop; st outlives the call.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) }, pid);
+    let fds = places.iter().map(|&at| uprobe(file, at, pid)).collect::<std::io::Result<Vec<_>>>();
+    // SAFETY: signals our own stopped child.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(child.wait().unwrap().success());
+    Ok(fds?.iter().map(read_count).collect())
+}
+
+#[test]
+fn own_address_and_short_functions_compute_the_same_and_count_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_short.c", &[]);
+    let exe = program.to_str().unwrap();
+    let n = 1000u64;
+    let plain = Command::new(&program).arg(n.to_string()).output().unwrap();
+    assert!(plain.status.success(), "the plain run computes its own addresses right");
+    let out = dir.path().join("r.json");
+    let probed = probe_run(&out, &["-f", "short*,self*,is_self,enter*"], &[exe, &n.to_string()]);
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success(), "instrumented run: {stderr}");
+    assert!(stderr.contains("refused 0"), "{stderr}");
+    // Another function jumps to entered_at_3+3: a 2-byte hop, by run and by list alike.
+    assert!(!stderr.contains("refused entered_at_3"), "{stderr}");
+    let list = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["list", exe, "--patchable", "-f", "entered_at_3"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("yes (2 insn, 3 bytes, 2-byte hop)"), "{list:?}");
+    let stdout = String::from_utf8_lossy(&probed.stdout);
+    assert!(stdout.starts_with(&*String::from_utf8_lossy(&plain.stdout)), "{stdout}");
+    let r = report(&out);
+    let shorts = ["short2", "short3", "short4"];
+    for s in shorts {
+        assert_eq!(calls(&r, s), n, "{s}");
+    }
+    assert_eq!(calls(&r, "self_addr"), n);
+    assert_eq!(calls(&r, "is_self"), 2 * n);
+    assert_eq!(calls(&r, "self_after_branch"), 2 * n);
+    assert_eq!(calls(&r, "enters_other"), n);
+    // Entered at +3 by enters_other's jump, which the count must not include.
+    assert_eq!(calls(&r, "entered_at_3"), n);
+    let shorts = ["short2", "short3", "short4", "entered_at_3"];
+    let places = shorts.map(At::Symbol);
+    match uprobe_counts(&program, &[&n.to_string()], &program, &places) {
+        Ok(counts) => {
+            for (s, c) in shorts.iter().zip(counts) {
+                assert_eq!(calls(&r, s), c, "{s}: papirus and a kernel uprobe");
+            }
+        }
+        Err(e) => eprintln!("uprobe counts not taken: {e}"),
+    }
+}
+
+const GC_SCRIPT: &str = "
+import gc
+class A:
+    def __init__(s, o): s.o = o
+class B(A): pass
+xs = []
+for i in range(3000):
+    a = B(None); b = B(a); a.o = b; xs.append(a)
+del xs
+print('collected', gc.collect())
+d = {str(i): [i] * 3 for i in range(500)}
+print(sum(len(v) for v in d.values()), sorted(d)[:3])
+";
+
+/// Every function of a pyenv libpython instrumented: `gc.collect()` over
+/// instances of a Python subclass finishes and prints what it prints plain.
+#[test]
+fn python_gc_over_subclass_instances_finishes_with_all_of_libpython_instrumented() {
+    let mut ran = 0;
+    for v in ["3.8.18", "3.9.18", "3.10.13", "3.11.7", "3.12.1", "3.13.0"] {
+        let minor = v.rsplit_once('.').unwrap().0;
+        let root = PathBuf::from("/root/.pyenv/versions").join(v);
+        let python = root.join("bin").join(format!("python{minor}"));
+        let lib = format!("libpython{minor}.so.1.0");
+        if !python.exists() || !root.join("lib").join(&lib).exists() {
+            eprintln!("{} or its {lib}: not on this machine", python.display());
+            continue;
+        }
+        let plain = Command::new(&python).args(["-c", GC_SCRIPT]).output().unwrap();
+        assert!(plain.status.success());
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.json");
+        let probed = probe_run(&out, &["--module", &lib], &[python.to_str().unwrap(), "-c", GC_SCRIPT]);
+        let stderr = String::from_utf8_lossy(&probed.stderr);
+        assert!(probed.status.success(), "{v}: {stderr}");
+        let stdout = String::from_utf8_lossy(&probed.stdout);
+        let plain = String::from_utf8_lossy(&plain.stdout);
+        assert!(stdout.starts_with(&*plain), "{v}: output changed:\n{stdout}\nvs\n{plain}");
+        let r = report(&out);
+        assert!(calls(&r, "subtype_traverse") > 0, "{v}: subtype_traverse ran instrumented");
+        ran += 1;
+    }
+    if ran == 0 {
+        eprintln!("no pyenv Python with a shared libpython here: nothing run");
+    }
+}
+
+/// Every function of libsqlite3, then of libc, under the sqlite3 shell: the
+/// same output, and no refusal for length.
+#[test]
+fn sqlite_and_libc_fully_instrumented_compute_the_same() {
+    let Ok(sqlite) = which("sqlite3") else {
+        eprintln!("sqlite3 is not installed here: nothing run");
+        return;
+    };
+    let sql = "create table t(a,b); with recursive c(x) as (select 1 union all select x+1 from c where x<3000) \
+               insert into t select x, x*x from c; select count(*), sum(b), max(a) from t where a%7=3;";
+    let plain = Command::new(&sqlite).args([":memory:", sql]).output().unwrap();
+    assert!(plain.status.success());
+    for module in ["libsqlite3.so.0", "libc.so.6"] {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.json");
+        let probed = probe_run(&out, &["--module", module], &[sqlite.to_str().unwrap(), ":memory:", sql]);
+        let stderr = String::from_utf8_lossy(&probed.stderr);
+        assert!(probed.status.success(), "{module}: {stderr}");
+        let stdout = String::from_utf8_lossy(&probed.stdout);
+        assert!(stdout.starts_with(&*String::from_utf8_lossy(&plain.stdout)), "{module}: {stdout}");
+        assert!(!stderr.contains("shorter than"), "{module}: {stderr}");
+    }
+}
+
+fn which(name: &str) -> Result<PathBuf, String> {
+    let path = std::env::var_os("PATH").ok_or("no PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .ok_or(format!("{name} not found"))
+}
+
+/// `-m libc.so.6 -f strlen,memcpy`: the IFUNCs stand for the implementations
+/// this process calls, named after them, each counted exactly as a kernel
+/// uprobe at the same address counts (memcpy's, which mempcpy enters at +3,
+/// through a 2-byte hop).
+#[test]
+fn ifuncs_are_instrumented_at_the_implementation_the_process_calls() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !libc.exists() {
+        eprintln!("{}: not on this machine", libc.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_ifunc.c", &["-fno-builtin"]);
+    let n = "1000";
+    let out = dir.path().join("r.json");
+    let probed =
+        probe_run(&out, &["-m", "libc.so.6", "-f", "strlen,memcpy"], &[program.to_str().unwrap(), n]);
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success(), "{stderr}");
+    let r = report(&out);
+    let names: Vec<&String> = r.functions.iter().filter(|f| f.contains(" -> ")).collect();
+    let strlen = names
+        .iter()
+        .find(|f| f.starts_with("strlen -> libc.so.6+0x"))
+        .expect("strlen named by its implementation");
+    let memcpy = names.iter().find(|f| f.starts_with("memcpy -> libc.so.6+0x")).expect("memcpy instrumented");
+    let impls = [strlen, memcpy];
+    let ours = impls.map(|f| calls(&r, f));
+    assert!(ours.iter().all(|&c| c >= 1000), "{impls:?}: {ours:?} calls");
+    let places =
+        impls.map(|f| At::Address(u64::from_str_radix(f.rsplit_once("+0x").unwrap().1, 16).unwrap()));
+    match uprobe_counts(&program, &[n], libc, &places) {
+        Ok(counts) => assert_eq!(ours.to_vec(), counts, "{impls:?}: papirus and kernel uprobes"),
+        Err(e) => eprintln!("uprobe counts not taken: {e}"),
+    }
+}
+
+/// memcpy, memmove and mempcpy (which enters memmove's implementation at
+/// +3) over every size class: `-f memcpy,mempcpy` and `-f memmove`
+/// instrument the implementations the process calls, the program prints
+/// what it prints plain, and each count equals a kernel uprobe's at that
+/// address (calls entering at +3 are no calls of memmove).
+#[test]
+fn memcpy_and_memmove_count_exactly_through_a_hop() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !libc.exists() {
+        eprintln!("{}: not on this machine", libc.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_memmove.c", &["-fno-builtin"]);
+    let n = "3000";
+    let plain = Command::new(&program).arg(n).output().unwrap();
+    assert!(plain.status.success());
+    for (sel, wanted) in [("memcpy,mempcpy", &["memcpy", "mempcpy"][..]), ("memmove", &["memmove"][..])] {
+        let out = dir.path().join("r.json");
+        let probed = probe_run(&out, &["-m", "libc.so.6", "-f", sel], &[program.to_str().unwrap(), n]);
+        let stderr = String::from_utf8_lossy(&probed.stderr);
+        assert!(probed.status.success(), "{sel}: {stderr}");
+        assert_eq!(probed.stdout, plain.stdout, "{sel}: output changed");
+        assert!(!stderr.contains("papirus-probe: refused"), "{sel}: {stderr}");
+        let r = report(&out);
+        let impls: Vec<&String> = wanted
+            .iter()
+            .map(|w| {
+                let prefix = format!("{w} -> libc.so.6+0x");
+                r.functions.iter().find(|f| f.starts_with(&prefix)).unwrap_or_else(|| panic!("{w}: {stderr}"))
+            })
+            .collect();
+        let ours: Vec<u64> = impls.iter().map(|f| calls(&r, f)).collect();
+        // memcpy and memmove each 3000 times, and both are one implementation in glibc.
+        assert!(ours.iter().all(|&c| c >= 3000), "{impls:?}: {ours:?}");
+        let places: Vec<At> = impls
+            .iter()
+            .map(|f| At::Address(u64::from_str_radix(f.rsplit_once("+0x").unwrap().1, 16).unwrap()))
+            .collect();
+        match uprobe_counts(&program, &[n], libc, &places) {
+            Ok(counts) => assert_eq!(ours, counts, "{impls:?}: papirus and kernel uprobes"),
+            Err(e) => eprintln!("uprobe counts not taken: {e}"),
+        }
+    }
+}
+
+/// A function whose own loop returns to +2 and too long to move whole: its
+/// entry takes a 2-byte hop (by `list --patchable` and `run` alike), the
+/// program prints what it prints plain, and the count equals a kernel
+/// uprobe's (the loop's passes through +2 are no calls).
+#[test]
+fn a_loop_back_to_plus_2_takes_a_hop_and_counts_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_loop_hop.c", &[]);
+    let exe = program.to_str().unwrap();
+    let n = 1000u64;
+    let list = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args(["list", exe, "--patchable", "-f", "loops_to_2"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&list.stdout).contains("yes (1 insn, 2 bytes, 2-byte hop)"), "{list:?}");
+    let plain = Command::new(&program).arg(n.to_string()).output().unwrap();
+    assert!(plain.status.success());
+    let out = dir.path().join("r.json");
+    let probed = probe_run(&out, &["-f", "loops_to_2"], &[exe, &n.to_string()]);
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success() && stderr.contains("refused 0"), "{stderr}");
+    assert_eq!(probed.stdout, plain.stdout, "output changed");
+    let r = report(&out);
+    assert_eq!(calls(&r, "loops_to_2"), n);
+    match uprobe_counts(&program, &[&n.to_string()], &program, &[At::Symbol("loops_to_2")]) {
+        Ok(counts) => assert_eq!(counts, [n], "a kernel uprobe at loops_to_2"),
+        Err(e) => eprintln!("uprobe counts not taken: {e}"),
+    }
+}
+
+/// IFUNCs the program imports lazily (`-z lazy`: their GOT slots are not
+/// bound when `run` selects them) and libc never calls itself: each stands
+/// for the implementation its resolver picks on this machine, found without
+/// running it, and counted exactly as a kernel uprobe there counts.
+#[test]
+fn lazily_bound_ifuncs_resolve_to_what_the_process_calls() {
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !libc.exists() {
+        eprintln!("{}: not on this machine", libc.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_lazy_ifunc.c", &["-fno-builtin", "-Wl,-z,lazy"]);
+    let n = "1000";
+    let plain = Command::new(&program).arg(n).output().unwrap();
+    assert!(plain.status.success());
+    let out = dir.path().join("r.json");
+    let probed =
+        probe_run(&out, &["-m", "libc.so.6", "-f", "strstr,strncat"], &[program.to_str().unwrap(), n]);
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success() && !stderr.contains("papirus-probe: refused"), "{stderr}");
+    assert_eq!(probed.stdout, plain.stdout, "output changed");
+    let r = report(&out);
+    let impls: Vec<&String> = ["strstr", "strncat"]
+        .iter()
+        .map(|w| {
+            let prefix = format!("{w} -> libc.so.6+0x");
+            r.functions.iter().find(|f| f.starts_with(&prefix)).unwrap_or_else(|| panic!("{w}: {stderr}"))
+        })
+        .collect();
+    let ours: Vec<u64> = impls.iter().map(|f| calls(&r, f)).collect();
+    assert!(ours.iter().all(|&c| c >= 1000), "{impls:?}: {ours:?}");
+    let places: Vec<At> = impls
+        .iter()
+        .map(|f| At::Address(u64::from_str_radix(f.rsplit_once("+0x").unwrap().1, 16).unwrap()))
+        .collect();
+    match uprobe_counts(&program, &[n], libc, &places) {
+        Ok(counts) => assert_eq!(ours, counts, "{impls:?}: papirus and kernel uprobes"),
+        Err(e) => eprintln!("uprobe counts not taken: {e}"),
+    }
+}
+
+/// `attach -f memcpy,mempcpy` to a program copying in a loop: memcpy's
+/// implementation takes its hop while the program runs, and after detach
+/// the code around it is byte for byte the file's and the program computes
+/// what a plain run of as many rounds computes.
+#[test]
+fn attach_hops_into_memcpy_and_detach_restores_its_bytes() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::fs::FileExt;
+    use std::process::Stdio;
+    let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+    if !libc.exists() {
+        eprintln!("{}: not on this machine", libc.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = build(dir.path(), "patcher_memmove.c", &["-fno-builtin"]);
+    let mut child = Command::new(&program)
+        .arg("until-stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n");
+    let pid = child.id();
+    let out = dir.path().join("r.json");
+    let probed = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .args([
+            "attach",
+            &pid.to_string(),
+            "-m",
+            "libc.so.6",
+            "-f",
+            "memcpy,mempcpy",
+            "--duration",
+            "1",
+            "-o",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&probed.stderr);
+    assert!(probed.status.success() && !stderr.contains("papirus-probe: refused"), "{stderr}");
+    let r = report(&out);
+    let memcpy = r.functions.iter().find(|f| f.starts_with("memcpy -> libc.so.6+0x")).expect("memcpy");
+    assert!(calls(&r, memcpy) > 0, "{memcpy} called while attached");
+    // The 256 bytes either side of the implementation: the file's again.
+    let link = u64::from_str_radix(memcpy.rsplit_once("+0x").unwrap().1, 16).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with("/libc.so.6") && l.split_whitespace().nth(2) == Some("00000000"))
+        .map(|l| u64::from_str_radix(l.split('-').next().unwrap(), 16).unwrap())
+        .expect("libc mapped at offset 0");
+    let elf = papirus_substrate::elf::ElfFile::open(libc).unwrap();
+    let file = elf.bytes_at(link - 256, 512).unwrap();
+    let mut mem = vec![0; 512];
+    std::fs::File::open(format!("/proc/{pid}/mem"))
+        .unwrap()
+        .read_exact_at(&mut mem, base + link - 256)
+        .unwrap();
+    assert!(mem == file, "the code around {memcpy} differs from the file's after detach");
+    drop(child.stdin.take());
+    let mut text = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut text).unwrap();
+    assert!(child.wait().unwrap().success());
+    let (rounds, sum) = text.split_once('\n').unwrap();
+    let plain = Command::new(&program).arg(rounds).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&plain.stdout), sum, "{rounds} rounds");
+}
