@@ -47,7 +47,21 @@ pub fn value<T>(fallback: T, f: impl FnOnce() -> Result<T, Code>) -> T {
     }
 }
 
-/// The PAPI code of a low-level error.
-pub fn code(e: papirus_lowlevel::Error) -> Code {
-    e.code()
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_becomes_ebug_and_the_last_error() {
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        assert_eq!(int(|| panic!("a bug")), Code::Ebug.value());
+        assert_eq!(last_error(), Code::Ebug.value());
+        assert!(value(std::ptr::null::<u8>(), || panic!("a bug")).is_null());
+        std::panic::set_hook(prev);
+        assert_eq!(int(|| Err(Code::Enoevst)), -11);
+        assert_eq!(last_error(), -11);
+        assert_eq!(int(|| Ok(3)), 3);
+        assert_eq!(value(7i64, || Err(Code::Einval)), 7);
+    }
 }

@@ -124,6 +124,12 @@ pub fn query(code: u32) -> Result<c_int, Code> {
     }
 }
 
+/// The text of a fixed C string field.
+pub fn text(src: &[std::ffi::c_char]) -> String {
+    let bytes: Vec<u8> = src.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
 /// Copies `s` into a fixed C string field, NUL-terminated, truncated.
 pub fn fill(dst: &mut [std::ffi::c_char], s: &str) {
     let n = s.len().min(dst.len().saturating_sub(1));

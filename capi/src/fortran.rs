@@ -9,13 +9,13 @@
 //! take the event by reference, as Fortran passes it (PAPI's read the
 //! address as the event code).
 // Each function is documented by PAPI's Fortran interface.
-#![allow(unsafe_code, non_snake_case, missing_docs, clippy::missing_safety_doc)]
+#![allow(unsafe_code, non_snake_case, missing_docs, clippy::missing_safety_doc, clippy::too_many_arguments)]
 
 use std::ffi::{c_int, c_void};
 
 use crate::exports::*;
 use crate::raw::F;
-use crate::{Code, events};
+use crate::{Code, events, info};
 
 macro_rules! fortran {
     ($( [$($sym:ident),+] $args:tt => $body:expr; )*) => {
@@ -79,6 +79,96 @@ fn named(name: F, len: usize, c: F, f: impl FnOnce(&std::ffi::CStr) -> c_int) {
 
 fn rates(r: c_int, c: F) {
     check(c, r)
+}
+
+fn hardware_info(
+    ncpu: F,
+    nnodes: F,
+    total: F,
+    vendor: F,
+    vs: F,
+    model: F,
+    ms: F,
+    rev: F,
+    mhz: F,
+    vl: usize,
+    ml: usize,
+) {
+    match info::hardware_ref() {
+        Ok(h) => {
+            let _ = (ncpu.int().set(h.ncpu), nnodes.int().set(h.nnodes), total.int().set(h.totalcpus));
+            let _ = (vendor.int().set(h.vendor), model.int().set(h.model), rev.real().set(h.revision));
+            let _ = mhz.real().set(h.cpu_max_mhz as f32);
+            vs.text_out(vl).put_padded(&events::text(&h.vendor_string));
+            ms.text_out(ml).put_padded(&events::text(&h.model_string));
+        }
+        Err(_) => {
+            for f in [ncpu, nnodes, total, vendor, model] {
+                let _ = f.int().set(0);
+            }
+            let _ = (rev.real().set(0.0), mhz.real().set(0.0));
+        }
+    }
+}
+
+fn exe_info(full: F, name: F, addrs: [F; 6], c: F, fl: usize, nl: usize) {
+    if !crate::state::initialized() {
+        return check(c, Code::Enoinit.value());
+    }
+    let e = info::executable_now();
+    full.text_out(fl).put_padded(&events::text(&e.fullname));
+    name.text_out(nl).put_padded(&events::text(&e.address_info.name));
+    let a = &e.address_info;
+    for (f, v) in
+        addrs.iter().zip([a.text_start, a.text_end, a.data_start, a.data_end, a.bss_start, a.bss_end])
+    {
+        let _ = f.long().set(v as i64);
+    }
+    check(c, 0)
+}
+
+fn event_info(code: F, sym: F, long: F, short: F, count: F, note: F, c: F, lens: [usize; 4]) {
+    match events::info(int_of(code) as u32) {
+        Ok(i) => {
+            sym.text_out(lens[0]).put_padded(&events::text(&i.symbol));
+            long.text_out(lens[1]).put_padded(&events::text(&i.long_descr));
+            short.text_out(lens[2]).put_padded(&events::text(&i.short_descr));
+            note.text_out(lens[3]).put_padded(&events::text(&i.note));
+            let _ = count.int().set(i.count as c_int);
+            check(c, 0)
+        }
+        Err(e) => check(c, e.value()),
+    }
+}
+
+/// `PAPIF_get_domain` / `PAPIF_get_granularity`: the default (mode
+/// PAPI_DEFDOM / PAPI_DEFGRN) or the set's.
+fn get_setting(es: F, out: F, mode: F, c: F, domain: bool) {
+    let (dd, dg) = crate::state::defaults();
+    if int_of(mode) == if domain { 4 } else { 6 } {
+        let _ = out.int().set(if domain { dd } else { dg });
+        return check(c, 0);
+    }
+    match crate::sets::with(int_of(es), |s| Ok(s.set.options())) {
+        Ok(o) => {
+            let v = if domain {
+                crate::sets::domain_bits(o.domain)
+            } else {
+                match o.granularity {
+                    papirus_lowlevel::Granularity::Thread => 1,
+                    papirus_lowlevel::Granularity::Process => 2,
+                    papirus_lowlevel::Granularity::System => 8,
+                }
+            };
+            let _ = out.int().set(v);
+            check(c, 0)
+        }
+        Err(e) => check(c, e.value()),
+    }
+}
+
+fn options_for(es: c_int) -> crate::types::Option_ {
+    crate::types::Option_ { domain: crate::types::DomainOption { def_cidx: 0, eventset: es, value: 0 } }
 }
 
 fortran0! {
@@ -157,4 +247,26 @@ fortran! {
     [papif_hl_region_end, papif_hl_region_end_, papif_hl_region_end__, PAPIF_HL_REGION_END] (name, c | len) => named(name, len, c, |s| PAPI_hl_region_end(s.as_ptr()));
     [papif_hl_stop, papif_hl_stop_, papif_hl_stop__, PAPIF_HL_STOP] (c) => check(c, PAPI_hl_stop());
     [papif_get_dmem_info, papif_get_dmem_info_, papif_get_dmem_info__, PAPIF_GET_DMEM_INFO] (dest, c) => check(c, PAPI_get_dmem_info(dest.ptr()));
+    [papif_get_hardware_info, papif_get_hardware_info_, papif_get_hardware_info__, PAPIF_GET_HARDWARE_INFO] (n, nn, t, v, vs, m, ms, r, mhz | vl, ml) => hardware_info(n, nn, t, v, vs, m, ms, r, mhz, vl, ml);
+    [papif_get_exe_info, papif_get_exe_info_, papif_get_exe_info__, PAPIF_GET_EXE_INFO] (full, name, ts, te, ds, de, bs, be, c | fl, nl) => exe_info(full, name, [ts, te, ds, de, bs, be], c, fl, nl);
+    [papif_get_event_info, papif_get_event_info_, papif_get_event_info__, PAPIF_GET_EVENT_INFO] (code, sym, long, short, count, note, _flags, c | l1, l2, l3, l4) => event_info(code, sym, long, short, count, note, c, [l1, l2, l3, l4]);
+    [papif_get_preload, papif_get_preload_, papif_get_preload__, PAPIF_GET_PRELOAD] (env, c | len) => {
+        env.text_out(len).put_padded("LD_PRELOAD");
+        check(c, 0)
+    };
+    [papif_get_domain, papif_get_domain_, papif_get_domain__, PAPIF_GET_DOMAIN] (es, d, mode, c) => get_setting(es, d, mode, c, true);
+    [papif_get_granularity, papif_get_granularity_, papif_get_granularity__, PAPIF_GET_GRANULARITY] (es, g, mode, c) => get_setting(es, g, mode, c, false);
+    [papif_set_event_domain, papif_set_event_domain_, papif_set_event_domain__, PAPIF_SET_EVENT_DOMAIN] (es, d, c) => {
+        let mut o = options_for(int_of(es));
+        o.domain.value = int_of(d);
+        check(c, PAPI_set_opt(5, &mut o))
+    };
+    [papif_set_inherit, papif_set_inherit_, papif_set_inherit__, PAPIF_SET_INHERIT] (_inherit, c) => {
+        // PAPI's wrapper names no event set (it passes an uninitialised one).
+        check(c, Code::Einval.value())
+    };
+    [papif_thread_init, papif_thread_init_, papif_thread_init__, PAPIF_THREAD_INIT] (handle, c) => check(c, PAPI_thread_init(crate::raw::id_fn_at(handle.ptr::<c_void>() as usize)));
+    [papif_enum_dev_type, papif_enum_dev_type_, papif_enum_dev_type__, PAPIF_ENUM_DEV_TYPE] (_m, _h, c) => check(c, Code::Enosupp.value());
+    [papif_get_dev_type_attr, papif_get_dev_type_attr_, papif_get_dev_type_attr__, PAPIF_GET_DEV_TYPE_ATTR] (_h, _a, _v, _s, c | _len) => check(c, Code::Enosupp.value());
+    [papif_get_dev_attr, papif_get_dev_attr_, papif_get_dev_attr__, PAPIF_GET_DEV_ATTR] (_h, _i, _a, _v, _s, c | _len) => check(c, Code::Enosupp.value());
 }

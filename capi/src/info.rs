@@ -12,9 +12,14 @@ use crate::{Code, state};
 
 /// `PAPI_get_hardware_info`: built once, valid for the process.
 pub fn hardware() -> Result<*const HwInfo, Code> {
+    hardware_ref().map(|h| h as *const HwInfo)
+}
+
+/// The hardware description `PAPI_get_hardware_info` points to.
+pub fn hardware_ref() -> Result<&'static HwInfo, Code> {
     let lib = state::lib()?;
     static INFO: OnceLock<HwInfo> = OnceLock::new();
-    Ok(INFO.get_or_init(|| build_hw(lib.hwinfo())) as *const HwInfo)
+    Ok(INFO.get_or_init(|| build_hw(lib.hwinfo())))
 }
 
 fn build_hw(hw: Option<&papirus_substrate::hwinfo::HwInfo>) -> HwInfo {
@@ -152,14 +157,17 @@ pub fn executable() -> Result<*const ExeInfo, Code> {
     state::lib()?;
     // An address, since the struct holds pointers (not `Sync`).
     static INFO: OnceLock<usize> = OnceLock::new();
-    let a = *INFO.get_or_init(|| {
-        let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
-        let base = exe.rsplit('/').next().unwrap_or("").to_string();
-        let mut info = ExeInfo { fullname: [0; 1024], address_info: map_of(&maps(), &exe, &base) };
-        fill(&mut info.fullname, &exe);
-        Box::leak(Box::new(info)) as *const ExeInfo as usize
-    });
+    let a = *INFO.get_or_init(|| Box::leak(Box::new(executable_now())) as *const ExeInfo as usize);
     Ok(a as *const ExeInfo)
+}
+
+/// The executable's path and address map, read now.
+pub fn executable_now() -> ExeInfo {
+    let exe = std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default();
+    let base = exe.rsplit('/').next().unwrap_or("").to_string();
+    let mut info = ExeInfo { fullname: [0; 1024], address_info: map_of(&maps(), &exe, &base) };
+    fill(&mut info.fullname, &exe);
+    info
 }
 
 /// `PAPI_get_shared_lib_info`: read again on each call (libraries come

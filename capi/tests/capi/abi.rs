@@ -352,6 +352,11 @@ fn exports_soname_and_symbols_as_debian() {
     let fortran: Vec<&str> =
         deb.iter().map(|(_, n)| n.as_str()).filter(|n| n.to_lowercase().starts_with("papif_")).collect();
     let absent: Vec<_> = fortran.iter().filter(|n| !names.contains(*n)).collect();
-    println!("Fortran wrappers: {} of Debian's {} exported", fortran.len() - absent.len(), fortran.len());
-    println!("not offered: {absent:?}");
+    assert!(absent.is_empty(), "Fortran wrappers Debian's libpapi has and papirus' lacks: {absent:?}");
+    assert_eq!(
+        names.len(),
+        theirs.len() + fortran.len(),
+        "exactly Debian's {} functions",
+        theirs.len() + fortran.len()
+    );
 }
