@@ -1,5 +1,7 @@
 /* The high-level API: nested regions, a read inside, a repeated region.
-   The output file is checked by the test (and by papi_hl_output_writer). */
+   The output file is checked by the test (and by papi_hl_output_writer).
+   (Ending a region out of order is EINVAL in both libraries, but PAPI then
+   turns its high-level API off for good, so it is not tried here.) */
 #include "check.h"
 
 int main(void) {
@@ -12,7 +14,6 @@ int main(void) {
     touch_pages(300);
     CHECK_RC(PAPI_hl_read("inner"), PAPI_OK);
     touch_pages(200);
-    CHECK_RC(PAPI_hl_region_end("computation"), PAPI_EINVAL);    /* inner is still open */
     CHECK_RC(PAPI_hl_region_end("inner"), PAPI_OK);
     CHECK_RC(PAPI_hl_region_end("computation"), PAPI_OK);
     CHECK_RC(PAPI_hl_region_begin("computation"), PAPI_OK);
