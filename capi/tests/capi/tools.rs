@@ -4,10 +4,16 @@
 use std::path::Path;
 use std::process::Command;
 
+use papirus_testkit::{debian_package, runs, skip};
+
 use crate::common::{Lib, assert_ok, env, run};
 
 #[test]
 fn papi_tools_build_and_report() {
+    if let Err(e) = debian_package("make", || runs("make", &["--version"])) {
+        skip(format!("make is not available: {e}"));
+        return;
+    }
     let dir = &env().papirus_lib;
     let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools");
     let o =
