@@ -9,7 +9,7 @@ use std::process::Command;
 use papi::types;
 use papirus_testkit::{Cc, skip};
 
-use crate::common::{env, include_dir, target_dir};
+use crate::common::{env, include_dir, library};
 
 /// (struct, field or "" for the size) pairs of every struct papi.h exports.
 const LAYOUT: &[(&str, &[&str])] = &[
@@ -325,7 +325,7 @@ fn dynamic_symbols(lib: &Path) -> Vec<(String, String)> {
 
 #[test]
 fn exports_soname_and_symbols_as_debian() {
-    let lib = target_dir().join("libpapi.so");
+    let lib = library();
     let o = Command::new("readelf").arg("-d").arg(&lib).output().expect("readelf");
     let dynamic = String::from_utf8_lossy(&o.stdout);
     assert!(dynamic.contains("Library soname: [libpapi.so.7.0]"), "{dynamic}");

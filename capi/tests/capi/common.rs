@@ -7,10 +7,18 @@ use std::sync::OnceLock;
 
 use papirus_testkit::{Cc, debian_package};
 
-/// The directory cargo put papirus' libpapi.so in (beside the test's deps/).
-pub fn target_dir() -> PathBuf {
+/// papirus' libpapi.so as cargo built it for this test: beside the test
+/// binary in `deps/` (`cargo test` builds the library's cdylib there and
+/// copies it up to `target/<profile>/` only for `cargo build`).
+pub fn library() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
-    exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").to_path_buf()
+    let deps = exe.parent().expect("target/<profile>/deps/<test>");
+    [deps.join("libpapi.so"), deps.parent().unwrap_or(deps).join("libpapi.so")]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| {
+            panic!("no libpapi.so in or above {}: the crate's cdylib is built with its tests", deps.display())
+        })
 }
 
 /// papirus' headers.
@@ -34,8 +42,7 @@ pub fn env() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| {
         let dir = tempfile::tempdir().expect("tempdir");
-        let lib = target_dir().join("libpapi.so");
-        assert!(lib.exists(), "{} is built with the crate's tests", lib.display());
+        let lib = library();
         let papirus_lib = dir.path().join("lib");
         std::fs::create_dir(&papirus_lib).unwrap();
         std::os::unix::fs::symlink(&lib, papirus_lib.join("libpapi.so.7.0")).unwrap();
@@ -143,7 +150,7 @@ pub fn assert_ok(what: &str, o: &Output) {
 /// Asserts that a run used papirus' library.
 pub fn assert_on_papirus(what: &str, o: &Output) {
     let lib = kv(o).get("library").cloned().unwrap_or_default();
-    let target = target_dir().join("libpapi.so");
+    let target = library();
     assert!(
         Path::new(lib.trim()) == target || lib.contains(&*env().papirus_lib.to_string_lossy()),
         "{what} ran on {lib}, not papirus' {}",
