@@ -1,6 +1,7 @@
 //! Gives the shared library PAPI 7.0's SONAME, the name binaries linked
 //! against Debian's libpapi ask the loader for, and writes `papi.pc`
-//! (pkg-config) beside the libraries.
+//! (pkg-config; also as Debian's `papi-7.0.pc` and `papi-7.0.0.0.pc`)
+//! beside the libraries.
 
 use std::path::PathBuf;
 
@@ -26,9 +27,11 @@ fn main() {
         libdir = profile_dir.display(),
         inc = manifest.join("include").display(),
     );
-    // Written only when it changes, so builds stay reproducible and quiet.
-    let path = profile_dir.join("papi.pc");
-    if std::fs::read_to_string(&path).ok().as_deref() != Some(pc.as_str()) {
-        let _ = std::fs::write(&path, pc);
+    // Debian's names too; each written only when it changes.
+    for name in ["papi.pc", "papi-7.0.pc", "papi-7.0.0.0.pc"] {
+        let path = profile_dir.join(name);
+        if std::fs::read_to_string(&path).ok().as_deref() != Some(pc.as_str()) {
+            let _ = std::fs::write(&path, &pc);
+        }
     }
 }

@@ -360,3 +360,15 @@ fn exports_soname_and_symbols_as_debian() {
         theirs.len() + fortran.len()
     );
 }
+
+#[test]
+fn pkg_config_file_points_at_the_headers_and_library() {
+    let deps = library();
+    let profile = deps.parent().and_then(Path::parent).filter(|p| p.join("papi.pc").exists());
+    let dir = profile.unwrap_or_else(|| deps.parent().unwrap());
+    let pc = std::fs::read_to_string(dir.join("papi.pc")).expect("build.rs writes papi.pc");
+    assert!(pc.contains("Version: 7.0.0.0"), "{pc}");
+    assert!(pc.contains(&format!("includedir={}", include_dir().display())), "{pc}");
+    assert!(pc.contains("Libs: -L${libdir} -lpapi"), "{pc}");
+    assert_eq!(std::fs::read_to_string(dir.join("papi-7.0.pc")).unwrap(), pc, "Debian's alias");
+}
