@@ -55,6 +55,7 @@ int main(void) {
     touch_pages(2000);
     CHECK_RC(PAPI_stop(es, v), PAPI_OK);
     CHECK(v[1] >= 2000);
+    KV("pagefaults_2000_pages_after_reset", "%lld", v[1]);
     long long after[2];
     CHECK_RC(PAPI_read(es, after), PAPI_OK);                    /* a stopped set reads its stop values */
     CHECK(after[1] == v[1] && after[0] == v[0]);
