@@ -91,7 +91,7 @@ fn hl_output_is_read_by_papis_writer() {
     assert!((300..340).contains(&num(&inner["read_1"])), "{inner}");
     assert!((100..130).contains(&pf("2")), "{}", pf("2"));
     let tc = num(&regions["0"]["perf::TASK-CLOCK"]);
-    assert!(tc >= 20_000_000, "computation spun 20 ms of CPU: {tc}");
+    assert!(tc >= 100_000_000, "computation spun 100 ms of CPU: {tc}");
 
     if let Err(e) = debian_package("papi-tools", || runs("sh", &["-c", "command -v papi_hl_output_writer"])) {
         skip(format!("papi-tools (papi_hl_output_writer) is not available: {e}"));
