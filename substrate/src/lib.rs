@@ -13,10 +13,14 @@ pub use papirus_counting::{arch, attr, count, error, event, group, layout, mappe
 
 pub mod catalog;
 pub mod clock;
+pub mod command;
+pub mod demangle;
 pub mod elf;
 pub mod exit;
 pub mod fastread;
 pub mod hwinfo;
+pub mod input;
+pub mod maps;
 pub mod names;
 pub mod pmu;
 pub mod ring;

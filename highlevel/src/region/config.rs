@@ -227,7 +227,7 @@ pub fn is_set_up() -> bool {
 
 /// Splits an event list as perf does ([`names::split_event_names`]: commas
 /// inside `pmu/…/` terms stay), spaces stripped first as PAPI does.
-fn split_list(v: &str) -> Result<Vec<String>, RegionError> {
+pub fn split_list(v: &str) -> Result<Vec<String>, RegionError> {
     let v: String = v.split_whitespace().collect();
     names::split_event_names(&v)
         .map_err(|e| RegionError::EventSyntax { entry: v.clone(), reason: e.to_string() })

@@ -58,7 +58,7 @@ use std::sync::atomic::Ordering;
 pub(crate) use cells::threads;
 pub use config::{
     Config, DEFAULT_EVENTS, DEFAULT_OUTPUT_DIRECTORY, ENV_EVENTS, ENV_OUTPUT_DIRECTORY, ENV_PAPI_EVENTS,
-    EventDef, EventSource, Setup, TIME_METRICS, Unavailable, is_set_up, setup, translate,
+    EventDef, EventSource, Setup, TIME_METRICS, Unavailable, is_set_up, setup, split_list, translate,
 };
 pub use counters::{Reading, ThreadCounters};
 pub use error::RegionError;

@@ -75,7 +75,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     // The report converts ticks with it: calibrated while the target runs, not after.
     papirus_substrate::clock::set_up_in_background();
     super::check_counter_events(opts.probe, &opts.events)?;
-    crate::output::check_writable(&opts.output)?;
+    papirus_formats::output::check_writable(&opts.output)?;
     let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
     let mut p = Spawn::new(&opts.program).args(&opts.args).preload(&runtime).spawn()?;
     let pid = p.pid();
