@@ -212,7 +212,7 @@ impl EventSet {
         }
         let opened = self.opened.as_mut().ok_or_else(|| closed(SetOp::Read))?;
         self.last_path = Some(read_groups(opened, self.running.is_some(), self.user_space)?);
-        let (mut counted, mut raw) = (Vec::with_capacity(4), Vec::with_capacity(4));
+        let (counted, raw) = &mut self.terms;
         for (i, entry) in self.entries.iter().enumerate() {
             counted.clear();
             raw.clear();
@@ -226,11 +226,11 @@ impl EventSet {
                 counted.push(saturating_i64(e.value));
                 raw.push(saturating_i64(e.raw));
             }
-            let value = entry.info.derivation.eval(&counted);
+            let value = entry.info.derivation.eval(counted);
             values[i] = value;
             if let Some(d) = detail.as_deref_mut() {
                 let lead = lead.unwrap_or_default();
-                let raw = entry.info.derivation.eval(&raw);
+                let raw = entry.info.derivation.eval(raw);
                 d[i] = Value { value, raw, time_enabled: lead.enabled, time_running: lead.running };
             }
         }

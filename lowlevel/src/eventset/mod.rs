@@ -95,6 +95,8 @@ pub struct EventSet {
     running: Option<Target>,
     /// Reused by accum so it does not allocate.
     tmp: Vec<i64>,
+    /// Reused by reads: one event's terms, counted and raw.
+    terms: (Vec<i64>, Vec<i64>),
     /// How the last read obtained its values.
     last_path: Option<ReadPath>,
     /// Whether reads may take the user-space path.
@@ -129,6 +131,7 @@ impl EventSet {
             opened: None,
             running: None,
             tmp: vec![],
+            terms: (vec![], vec![]),
             last_path: None,
             user_space: true,
             claimed: false,

@@ -149,7 +149,10 @@ fn counters_probe_reads_the_events_per_function() {
 fn counters_probe_events_resolve_as_papirus_stat_resolves_them() {
     let program = exe("probe_program.c", "probe_program_presets", false, &["-pthread"]);
     for name in ["PAPI_TOT_CYC", "PAPI_TOT_INS", "perf::TASK-CLOCK"] {
-        let stat = Command::new(env!("CARGO_BIN_EXE_papirus-stat")).args(["-e", name, "--", "true"]).output().unwrap();
+        let stat = Command::new(env!("CARGO_BIN_EXE_papirus-stat"))
+            .args(["-e", name, "--", "true"])
+            .output()
+            .unwrap();
         let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("presets-{name}.json"));
         let _ = std::fs::remove_file(&out);
         let probed = probe()
