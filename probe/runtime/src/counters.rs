@@ -41,18 +41,20 @@ pub(crate) static SETUP: OnceLock<CounterSetup> = OnceLock::new();
 
 /// Saves the extended state, runs ordinary code for thread `t` (the
 /// thread's registration: [`register_cold`]), restores the state: the
-/// hooks' one door to code that may use vector registers and libc. A naked
-/// function, so the hooks call it directly (an exported or `global_asm!`
-/// symbol would be called through the GOT).
+/// hooks' one door to code that may use vector registers and libc.
 #[unsafe(naked)]
 unsafe extern "C" fn cold_call(t: *const Thread, area: *mut u8) {
     core::arch::naked_asm!(
-        // rdi = thread, rsi = XSAVE area
+        // rdi = thread, rsi = XSAVE area. The trampolines call the hooks on
+        // a stack of any alignment (the hooks are integer code); libc needs
+        // the ABI's 16 bytes.
         "push rbx",
         "push r12",
         "push r13",
         "mov rbx, rdi",
         "mov r12, rsi",
+        "mov r13, rsp",
+        "and rsp, -16",
         "mov eax, -1",
         "mov edx, -1",
         "xsave64 [r12]",
@@ -61,6 +63,7 @@ unsafe extern "C" fn cold_call(t: *const Thread, area: *mut u8) {
         "mov eax, -1",
         "mov edx, -1",
         "xrstor64 [r12]",
+        "mov rsp, r13",
         "pop r13",
         "pop r12",
         "pop rbx",
@@ -89,8 +92,12 @@ pub(crate) fn register(t: &Thread) -> bool {
         return false;
     };
     // SAFETY: `t` is the calling thread's slot and `area` a zeroed,
-    // page-aligned XSAVE area of this CPU's size.
-    unsafe { cold_call(t, area) };
+    // page-aligned XSAVE area of this CPU's size; the door follows the C
+    // ABI. Called by a `call` to its symbol, never through the GOT (a
+    // Rust call to a naked function in another codegen unit goes through it).
+    unsafe {
+        core::arch::asm!("call {door}", door = sym cold_call, in("rdi") t, in("rsi") area, clobber_abi("C"));
+    }
     sys::munmap(area, xsave_len());
     true
 }

@@ -67,17 +67,15 @@ global_asm!(
     ".type papirus_probe_exit_stub,@function",
     ".p2align 4",
     "papirus_probe_exit_stub:",
-    // A return site: everything below rsp is dead, flags are dead and DF is clear.
+    // A return site: everything below rsp is dead, flags are dead and DF is
+    // clear. The exit hook is integer code: the stack need not be realigned.
     "lea rsp, [rsp - 8]",
     "push rax", "push rdx", "push rcx", "push rsi", "push rdi",
-    "push r8", "push r9", "push r10", "push r11", "push rbx",
-    "mov rbx, rsp",
-    "lea rdi, [rsp + 88]",
-    "and rsp, -16",
+    "push r8", "push r9", "push r10", "push r11",
+    "lea rdi, [rsp + 80]",
     "call {exit}",
-    "mov rsp, rbx",
-    "mov qword ptr [rsp + 80], rax",
-    "pop rbx", "pop r11", "pop r10", "pop r9", "pop r8",
+    "mov qword ptr [rsp + 72], rax",
+    "pop r11", "pop r10", "pop r9", "pop r8",
     "pop rdi", "pop rsi", "pop rcx", "pop rdx", "pop rax",
     // Not `ret`: the function's own `ret` already consumed its caller's
     // return-predictor entry, so a second `ret` would mispredict here and

@@ -231,10 +231,16 @@ impl Target {
     /// The runtime is process-wide: call this on the thread that will make
     /// the calls, before it calls any instrumented function.
     pub fn instrument(&self) -> Result<Instrumented<'_>, CostError> {
+        self.instrument_with(&["task-clock"])
+    }
+
+    /// Like [`instrument`](Self::instrument), the counters probe reading
+    /// `events` (fixed for the process by its first call).
+    pub fn instrument_with(&self, events: &[&str]) -> Result<Instrumented<'_>, CostError> {
         let rt = Runtime::get()?;
         (rt.local_init)(16, 0);
         // Before this thread's first instrumented call, so its tables get a reader.
-        let counters = Runtime::set_counters(rt, &["task-clock"]);
+        let counters = Runtime::set_counters(rt, events);
         let spec = FunctionSpec {
             name: Body::Patched.symbol().into(),
             addr: self.bodies[Body::Patched as usize] as u64,
@@ -409,4 +415,159 @@ pub fn ns_per_call(drive: Drive, f: Tiny, n: i64, reps: u32) -> f64 {
             (cpu_time() - t).as_secs_f64() * 1e9 / n.max(1) as f64
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// Calls per sample of a uftrace run: four of uftrace's default 128 KiB
+/// buffers (32 bytes a call), so their hand-off to its writer is counted.
+pub const UFTRACE_BATCH: u32 = 16_384;
+
+/// Where uftrace is, if it is installed (`$PATH`).
+pub fn uftrace() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("uftrace")).find(|p| p.is_file())
+}
+
+/// The driver of a uftrace run: the same body as [`SOURCE`]'s `tiny`,
+/// called `batch` times per sample through a pointer; it prints each
+/// sample's ns per call (CLOCK_MONOTONIC, taken inside the process, so
+/// uftrace's start-up and write-out are not counted), then the calls made
+/// and a checksum of the results.
+fn uftrace_driver(body: &str) -> String {
+    format!(
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+{body}
+__attribute__((noinline)) int tiny(int x, int y) TINY_BODY
+static int (*volatile fn)(int, int) = tiny;
+static double now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }}
+int main(int argc, char **argv) {{
+    if (argc != 3) return 2;
+    long batch = atol(argv[1]), samples = atol(argv[2]), acc = 0;
+    int (*f)(int, int) = fn;
+    for (long s = -1; s < samples; s++) {{ /* sample -1 warms up */
+        double t0 = now();
+        for (long i = 0; i < batch; i++) acc += f((int)i, (int)acc);
+        double dt = now() - t0;
+        if (s >= 0) printf("%.4f\n", dt / batch);
+    }}
+    printf("calls %ld checksum %ld\n", batch * (samples + 1), acc);
+    return 0;
+}}
+"#
+    )
+}
+
+/// One driver run: ns per call of each sample, calls made, checksum.
+struct DriverRun {
+    ns: Vec<f64>,
+    calls: u64,
+    checksum: String,
+}
+
+fn run_command(cmd: &mut Command, what: &str) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("cannot run {what}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn driver_run(cmd: &mut Command, what: &str) -> Result<DriverRun, String> {
+    let out = run_command(cmd, what)?;
+    let mut r = DriverRun { ns: Vec::new(), calls: 0, checksum: String::new() };
+    for line in out.lines() {
+        if let Some(rest) = line.strip_prefix("calls ") {
+            let mut w = rest.split_whitespace();
+            r.calls = w.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+            r.checksum = w.nth(1).unwrap_or("").to_string();
+        } else if let Ok(ns) = line.trim().parse::<f64>() {
+            r.ns.push(ns);
+        }
+    }
+    if r.ns.is_empty() || r.calls == 0 {
+        return Err(format!("{what} printed no samples: {}", out.trim()));
+    }
+    Ok(r)
+}
+
+/// The median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The calls of `tiny` in `uftrace report`'s table (`total self calls name`).
+fn reported_calls(report: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.last() == Some(&"tiny")).then(|| w.get(w.len().checked_sub(2)?)?.parse().ok())?
+    })
+}
+
+/// The same body timed plain and under `uftrace record -P tiny`, in this run.
+#[derive(Debug, Clone)]
+pub struct UftraceRun {
+    /// ns per call of each sample, uninstrumented.
+    pub plain: Vec<f64>,
+    /// ns per call of each sample under uftrace.
+    pub traced: Vec<f64>,
+    /// Calls uftrace recorded (all of them, checked).
+    pub calls: u64,
+    /// `uftrace --version`'s first words.
+    pub version: String,
+}
+
+/// Builds the driver with gcc and runs it plain and under `uftrace record
+/// -P tiny` (`batch` calls per sample, `samples` samples); fails unless
+/// uftrace recorded every call and the results match.
+pub fn uftrace_run(uftrace: &Path, batch: u32, samples: u32) -> Result<UftraceRun, String> {
+    let body = SOURCE
+        .lines()
+        .find(|l| l.starts_with("#define TINY_BODY"))
+        .ok_or("probe_bench.c defines no TINY_BODY")?;
+    // A fresh private directory (mkdtemp, 0700), removed when dropped.
+    let dir = tempfile::Builder::new()
+        .prefix("papirus-probe-uftrace-")
+        .tempdir()
+        .map_err(|e| format!("a new temporary directory: {e}"))?;
+    let src = dir.path().join("uftrace_driver.c");
+    let exe = dir.path().join("uftrace_driver");
+    std::fs::write(&src, uftrace_driver(body)).map_err(|e| format!("{}: {e}", src.display()))?;
+    run_command(Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src), "gcc (install gcc)")?;
+    let args = [batch.to_string(), samples.to_string()];
+    let plain = driver_run(Command::new(&exe).args(&args), "the uftrace driver")?;
+    let data = dir.path().join("uftrace.data");
+    let traced = driver_run(
+        Command::new(uftrace)
+            .args(["record", "-P", "^tiny$", "--no-libcall", "--no-event", "-d"])
+            .arg(&data)
+            .arg(&exe)
+            .args(&args),
+        "uftrace record -P tiny",
+    )?;
+    if traced.checksum != plain.checksum {
+        return Err(format!(
+            "under uftrace the driver's results differ (checksum {} vs {})",
+            traced.checksum, plain.checksum
+        ));
+    }
+    let report =
+        run_command(Command::new(uftrace).args(["report", "--no-pager", "-d"]).arg(&data), "uftrace report")?;
+    let recorded = reported_calls(&report).unwrap_or(0);
+    if recorded != traced.calls {
+        return Err(format!(
+            "uftrace -P tiny recorded {recorded} of {} calls: it did not patch tiny here",
+            traced.calls
+        ));
+    }
+    let version = run_command(Command::new(uftrace).arg("--version"), "uftrace --version")
+        .map(|v| v.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "uftrace".into());
+    Ok(UftraceRun { plain: plain.ns, traced: traced.ns, calls: recorded, version })
 }
