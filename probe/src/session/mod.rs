@@ -23,7 +23,7 @@ use papirus_substrate::EventAttr;
 
 pub use papirus_probe_abi::{Probe, Report, Window};
 
-pub use attach::{AttachOptions, AttachSummary, attach};
+pub use attach::{AttachOptions, AttachSummary, Stop, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
 pub use release::Kept;

@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use clap::Args;
@@ -355,8 +355,7 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     status_of(s.exit)
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-/// The signal that set [`STOP`], 0 for none.
+/// The signal that ended an attach, 0 for none.
 static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
 
 /// The signals that end an attach cleanly (restore, flush, detach) instead of
@@ -386,10 +385,12 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let duration = args.duration;
     let ending = ending_signals();
     ending.thread_block()?;
+    let stop = std::sync::Arc::new(session::Stop::new()?);
+    let stopper = stop.clone();
     std::thread::spawn(move || {
         if let Ok(sig) = ending.wait() {
             STOPPED_BY.store(sig as i32, Ordering::Relaxed);
-            STOP.store(true, Ordering::Relaxed);
+            stopper.stop();
         }
     });
     if duration.is_none() {
@@ -405,7 +406,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         runtime,
         per_thread: args.probe.per_thread,
     };
-    let attached = session::attach(&opts, &STOP);
+    let attached = session::attach(&opts, &stop);
     let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
     if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
         note(&format!("papirus-probe: {sig} received: pid {} restored and detached", args.pid));
