@@ -342,14 +342,18 @@ pub fn format_report(r: &Report, view: &View) -> String {
             let _ = writeln!(out, "  open (unfinished) activations when the report was written: {}", t.open);
         }
         if t.overflow > 0 {
-            let _ =
-                writeln!(out, "  ({} calls deeper than the shadow stack: counted, not timed)", t.overflow);
-        }
-        if t.reentered + t.edge_overflow > 0 {
             let _ = writeln!(
                 out,
-                "  (uninstrumented: {} calls from signal handlers inside a hook; {} caller pairs dropped)",
-                t.reentered, t.edge_overflow
+                "  ({} calls deeper than the shadow stack: not timed, not in the figures)",
+                t.overflow
+            );
+        }
+        if t.reentered.saturating_add(t.node_overflow) > 0 {
+            let _ = writeln!(
+                out,
+                "  (uninstrumented: {} calls from signal handlers inside a hook; {} calls on paths \
+                 beyond the call-path tree's bound, their time in their callers' exclusive time)",
+                t.reentered, t.node_overflow
             );
         }
         if let Some(e) = &t.counters_error {
@@ -413,7 +417,7 @@ pub fn format_summary(r: &Report, view: &View) -> String {
     );
     let deep = r.threads.iter().fold(0u64, |a, t| a.saturating_add(t.overflow));
     if deep > 0 {
-        let _ = writeln!(out, "  ({deep} calls deeper than the shadow stack: counted, not timed)");
+        let _ = writeln!(out, "  ({deep} calls deeper than the shadow stack: not timed, not in the figures)");
     }
     let top = View { top: Some(view.top.unwrap_or(10)), ..view.clone() };
     let label = if r.threads.len() > 1 { SUM_LABEL } else { "top functions" };

@@ -119,7 +119,7 @@ impl Results {
         per_thread: bool,
     ) -> Result<Results, ProbeError> {
         let pid = p.pid();
-        let blob = Session {
+        let session = Session {
             version: SESSION_VERSION,
             probe,
             functions: functions as u64,
@@ -128,8 +128,10 @@ impl Results {
             processes: PROCESSES,
             tool_pid: std::process::id(),
             per_thread,
-        }
-        .to_bytes();
+            nodes: 0,
+            trace: None,
+        };
+        let blob = session.to_bytes();
         let started = (Instant::now(), SystemTime::now(), papirus_substrate::arch::rdtsc());
         settle(p)?;
         let page = p.mmap_anywhere(blob.len() as u64, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
@@ -154,7 +156,7 @@ impl Results {
         let seg = results.segment()?;
         // The geometry asked for, not one the target chose: it bounds every copy the tool makes.
         let g = seg.geometry();
-        if (g.funcs, g.slots, g.procs) != (functions as u64, SLOTS, PROCESSES) {
+        if session.shape(g.shape.depth) != Some(g.shape) {
             return Err(ProbeError::BadSegment { pid, reason: "its geometry is not the session's".into() });
         }
         Ok(results)
