@@ -372,6 +372,22 @@ impl<'a> Segment<'a> {
         })
     }
 
+    /// The process record index slot `i`'s thread belongs to.
+    pub fn slot_process(&self, i: u64) -> u64 {
+        if i >= self.g.shape.slots {
+            return u64::MAX;
+        }
+        self.at(self.g.slot_at(i) + slot::PROC as u64)
+    }
+
+    /// The pid of process record `record` (0 when out of range or not yet claimed).
+    pub fn process_pid(&self, record: u64) -> u32 {
+        if record >= self.g.shape.procs {
+            return 0;
+        }
+        self.at(self.g.proc_at(record) + proc::PID as u64) as u32
+    }
+
     /// Appends the trace records of slot `i` written since position `from`
     /// to `out` (each [`Shape::record_words`] words, oldest first), following
     /// the ring's ordering rules ([`layout`]): records overwritten before they

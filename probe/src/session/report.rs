@@ -402,6 +402,90 @@ pub fn format_report(r: &Report, view: &View) -> String {
     out
 }
 
+/// What `report --tree` shows of each thread's call-path tree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TreeView {
+    /// Levels shown (1: the outermost calls only); all when `None`.
+    pub depth: Option<usize>,
+    /// Nodes whose inclusive time is below this fraction of their thread's
+    /// total are left out (counted in a closing line).
+    pub threshold: f64,
+}
+
+/// The header, then per thread its call-path tree: inclusive and exclusive
+/// time, calls, and the function indented by its depth, children by
+/// inclusive time.
+pub fn format_tree(r: &Report, view: &View, tree: &TreeView) -> String {
+    let mut out = String::new();
+    header(&mut out, r, view);
+    let timed = r.ticks_per_second > 0.0;
+    for t in r.threads.iter().filter(|t| view.thread.is_none_or(|n| n == t.tid)) {
+        if t.exited_threads > 0 {
+            let _ = writeln!(out, "\n{} exited threads of pid {}", t.exited_threads, t.pid);
+        } else {
+            let _ = writeln!(out, "\nthread {}", t.tid);
+        }
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.tree.len()];
+        let mut roots = Vec::new();
+        for (i, n) in t.tree.iter().enumerate() {
+            match n.parent.map(|p| p as usize).filter(|&p| p < i) {
+                Some(p) => children[p].push(i),
+                None => roots.push(i),
+            }
+        }
+        let key = |i: &usize| std::cmp::Reverse(if timed { t.tree[*i].incl_ticks } else { t.tree[*i].calls });
+        roots.sort_by_key(key);
+        for c in &mut children {
+            c.sort_by_key(key);
+        }
+        let total: u64 = roots.iter().map(|&i| t.tree[i].incl_ticks).fold(0, u64::saturating_add);
+        let cut = (tree.threshold * total as f64) as u64;
+        let _ = writeln!(out, "  {:>14} {:>14} {:>10}  function", "incl us", "excl us", "calls");
+        let (mut hidden, mut hidden_ticks, mut deeper) = (0u64, 0u64, 0u64);
+        let mut todo: Vec<(usize, usize)> = roots.iter().rev().map(|&i| (i, 0)).collect();
+        while let Some((i, level)) = todo.pop() {
+            let n = &t.tree[i];
+            if timed && n.incl_ticks < cut {
+                hidden += 1;
+                hidden_ticks = hidden_ticks.saturating_add(n.incl_ticks);
+                continue;
+            }
+            if tree.depth.is_some_and(|d| level >= d) {
+                deeper += 1;
+                continue;
+            }
+            let time = |ticks: u64| if timed { us(r.ns(ticks)) } else { "-".into() };
+            let name = escape(r.functions.get(n.function as usize).map_or("?", String::as_str));
+            let name = if view.wide { name } else { fit(&name, NAME_WIDTH) };
+            let _ = writeln!(
+                out,
+                "  {:>14} {:>14} {:>10}  {}{name}",
+                time(n.incl_ticks),
+                time(n.excl_ticks),
+                n.calls,
+                "  ".repeat(level)
+            );
+            todo.extend(children[i].iter().rev().map(|&c| (c, level + 1)));
+        }
+        if hidden > 0 {
+            let _ = writeln!(
+                out,
+                "  ({hidden} subtrees under the threshold of {:.2}% of the thread's time, {} us in all, not shown)",
+                tree.threshold * 100.0,
+                us(r.ns(hidden_ticks))
+            );
+        }
+        if deeper > 0 {
+            let _ = writeln!(
+                out,
+                "  ({deeper} subtrees deeper than {} levels not shown)",
+                tree.depth.unwrap_or(0)
+            );
+        }
+    }
+    out
+}
+
 /// A short summary: the header, totals, and the top functions summed over threads.
 pub fn format_summary(r: &Report, view: &View) -> String {
     let mut out = String::new();
