@@ -406,9 +406,12 @@ impl<'a> Segment<'a> {
         let first = from.max(head.saturating_sub(ring));
         let base = at + g.slot_ring();
         let mark = out.len();
-        for r in first..head {
-            let s = (base + (r & (ring - 1)) * rw) as usize;
-            out.extend(self.w[s..s + rw as usize].iter().map(|w| w.load(Ordering::Relaxed)));
+        // At most two runs of the ring: up to its end, then from its start.
+        let (a, n) = (first & (ring - 1), head - first);
+        let first_run = n.min(ring - a);
+        for (from_record, records) in [(a, first_run), (0, n - first_run)] {
+            let s = (base + from_record * rw) as usize;
+            out.extend(self.w[s..s + (records * rw) as usize].iter().map(|w| w.load(Ordering::Relaxed)));
         }
         fence(Ordering::Acquire);
         let h2 = head_word.load(Ordering::Relaxed);

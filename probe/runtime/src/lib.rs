@@ -116,14 +116,36 @@ pub fn init(capacity: u64, probe: Probe) {
             // In-process users (tests, benches) look at their own threads.
             per_thread: true,
             nodes: 0,
-            trace: None,
+            // A ring per thread for benches that trace; off until set_tracing.
+            trace: Some(papirus_probe_abi::TraceOptions {
+                ring: LOCAL_RING,
+                min_ticks: 0,
+                depth: u64::MAX,
+                functions: capacity.max(1),
+            }),
         };
         if let Ok(fd) = setup(&s) {
             // This process maps it; nobody else needs the fd.
             segment::close(fd);
         }
+        set_tracing(false);
     }
     set_probe(probe);
+}
+
+/// Trace records per thread of an in-process session.
+const LOCAL_RING: u64 = 1 << 16;
+
+/// Turns tracing of every closed call on or off from now on (in-process
+/// sessions, whose rings exist from [`init`]: benches compare the cost).
+pub fn set_tracing(on: bool) {
+    state::TRACING.store(on && state::FLAT.ring.load(Ordering::Relaxed) > 0, Ordering::Relaxed);
+}
+
+/// The in-process session's results segment (for a drainer in this
+/// process), or an empty slice before [`init`].
+pub fn segment_words() -> &'static [std::sync::atomic::AtomicU64] {
+    state::Seg::current().map_or(&[], |s| s.words())
 }
 
 /// Switches the probe for calls from now on (benches compare probes in one process).

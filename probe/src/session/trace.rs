@@ -119,6 +119,8 @@ pub struct TraceWriter {
     calls: u64,
     lost: u64,
     bytes: u64,
+    /// A block being encoded (kept for the next).
+    scratch: Vec<u8>,
 }
 
 fn io_err(path: &Path, e: std::io::Error) -> ProbeError {
@@ -143,6 +145,7 @@ impl TraceWriter {
             calls: 0,
             lost: 0,
             bytes: 0,
+            scratch: Vec::new(),
         };
         let mut start = TRACE_MAGIC.to_vec();
         start.extend(TRACE_VERSION.to_le_bytes());
@@ -180,16 +183,20 @@ impl TraceWriter {
     /// Calls of one thread, `words` words each (split into blocks under the reader's bound).
     pub fn calls(&mut self, pid: u32, tid: u32, words: u64, data: &[u64]) -> Result<(), ProbeError> {
         let per_block = (MAX_BLOCK as usize / 8 / words as usize).max(1) * words as usize;
+        let mut bytes = std::mem::take(&mut self.scratch);
         for chunk in data.chunks(per_block) {
             let n = chunk.len() as u64 / words;
-            let mut b = pid.to_le_bytes().to_vec();
-            b.extend(tid.to_le_bytes());
-            b.extend((words as u32).to_le_bytes());
-            b.extend((n as u32).to_le_bytes());
-            let bytes: Vec<u8> = chunk.iter().flat_map(|w| w.to_le_bytes()).collect();
-            self.block(CALLS, &[&b, &bytes])?;
+            bytes.clear();
+            for v in [pid, tid, words as u32, n as u32] {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            for w in chunk {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
+            self.block(CALLS, &[&bytes])?;
             self.calls += n;
         }
+        self.scratch = bytes;
         Ok(())
     }
 
@@ -235,7 +242,6 @@ pub struct Drainer {
     slots: Vec<SlotState>,
     words: u64,
     buf: Vec<u64>,
-    out: Vec<u64>,
     /// Process record index → pid, for threads whose start record was lost.
     pids: BTreeMap<u64, u32>,
 }
@@ -251,7 +257,6 @@ impl Drainer {
             slots: vec![SlotState::default(); g.shape.slots as usize],
             words: g.shape.record_words,
             buf: Vec::new(),
-            out: Vec::new(),
             pids: BTreeMap::new(),
         }
     }
@@ -271,9 +276,12 @@ impl Drainer {
             }
             let mut owner: Option<(u32, u32)> = None;
             let mut chunk_start = 0;
-            let buf = std::mem::take(&mut self.buf);
-            for (k, r) in buf.chunks_exact(rw).enumerate() {
-                let rec = TraceRecord::decode(r);
+            let mut buf = std::mem::take(&mut self.buf);
+            // The file's calls carry no generation bits.
+            let keep = (1u64 << 50) - 1;
+            let mut generation = None;
+            for k in 0..buf.len() / rw {
+                let rec = TraceRecord::decode(&buf[k * rw..(k + 1) * rw]);
                 if rec.kind == record::THREAD {
                     self.flush_run(w, owner, &buf[chunk_start * rw..k * rw])?;
                     chunk_start = k + 1;
@@ -284,14 +292,18 @@ impl Drainer {
                         s.owners.remove(0);
                     }
                     w.thread(pid, tid, rec.start)?;
-                    owner = None;
+                    (owner, generation) = (None, None);
                     continue;
                 }
-                let o = self.owner_of(seg, i, rec.generation);
-                if owner != Some(o) {
-                    self.flush_run(w, owner, &buf[chunk_start * rw..k * rw])?;
-                    chunk_start = k;
-                    owner = Some(o);
+                buf[k * rw + record::INFO] &= keep;
+                if generation != Some(rec.generation) {
+                    generation = Some(rec.generation);
+                    let o = self.owner_of(seg, i, rec.generation);
+                    if owner != Some(o) {
+                        self.flush_run(w, owner, &buf[chunk_start * rw..k * rw])?;
+                        chunk_start = k;
+                        owner = Some(o);
+                    }
                 }
                 copied += 1;
             }
@@ -301,24 +313,17 @@ impl Drainer {
         Ok(copied)
     }
 
-    /// Writes a run of one owner's records, the generation bits cleared.
+    /// Writes a run of one owner's records (their generation bits cleared).
     fn flush_run(
-        &mut self,
+        &self,
         w: &mut TraceWriter,
         owner: Option<(u32, u32)>,
         run: &[u64],
     ) -> Result<(), ProbeError> {
-        let Some((pid, tid)) = owner else { return Ok(()) };
-        if run.is_empty() {
-            return Ok(());
+        match owner {
+            Some((pid, tid)) if !run.is_empty() => w.calls(pid, tid, self.words, run),
+            _ => Ok(()),
         }
-        self.out.clear();
-        self.out.extend_from_slice(run);
-        let keep = (1u64 << 50) - 1;
-        for r in self.out.chunks_exact_mut(self.words as usize) {
-            r[record::INFO] &= keep;
-        }
-        w.calls(pid, tid, self.words, &self.out)
     }
 
     /// The thread of generation `generation` of slot `i`: from its start
