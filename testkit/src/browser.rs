@@ -1,210 +1,201 @@
-//! Files proved to open in the viewers people use, offline: Debian's
-//! headless `chromium` driven by npm's `playwright-core`, and npm's
-//! `speedscope` served on 127.0.0.1 (no browser download, nothing fetched
-//! by the page).
+//! Opening files in the viewers people use, offline: speedscope (npm)
+//! served on 127.0.0.1 and Debian's Chromium, driven headless by npm
+//! `playwright-core`, all in one browser launch.
 //!
-//! [`Viewers::install`] installs what is missing (Debian's chromium,
-//! nodejs and npm; the npm packages into a directory the caller owns, kept
-//! there for the next run). [`Viewers::check`] launches the browser once for
-//! a whole list of [`Page`]s and reports, for each, what a user would see
-//! and what the page said: its title, dialogs (speedscope's "Unrecognized
-//! format" is an `alert`), page errors and console warnings, and for
-//! speedscope every profile with the symbols of its sandwich view.
+//! A profile (pprof, folded stacks, Chrome trace) is loaded with
+//! speedscope's `#profileURL=`; an SVG is opened as a page. For each file
+//! the page's title, its console warnings and errors, uncaught page errors
+//! and any dialog (speedscope's "Unrecognized format" alert) are returned,
+//! so a test can treat an importer's warning as a failure; for a profile,
+//! also every profile speedscope made of it (a Chrome trace: one per
+//! thread) with the symbols its sandwich view lists.
+//!
+//! speedscope picks its importer by name first: a file named `*.chrome.json`
+//! is read as Chrome's own timeline format, not as trace events.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// speedscope's version: the one papirus' research checked.
+use serde::Deserialize;
+
+/// The speedscope release the checks load.
 pub const SPEEDSCOPE: &str = "speedscope@1.25.0";
-/// playwright-core's version: the newest that runs on Debian 12's node 18.
+/// The Playwright driver: the newest release that runs on Debian 12's
+/// node 18 (later ones require node 20).
 pub const PLAYWRIGHT: &str = "playwright-core@1.60.0";
+/// Debian's Chromium.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
 
-/// What to open.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Page {
-    /// A profile loaded into speedscope (by URL, as `#profileURL=` does).
-    Speedscope(PathBuf),
-    /// A file opened as it is (an SVG), its screenshot written to the `PathBuf`, if any.
-    Plain(PathBuf, Option<PathBuf>),
-}
-
-/// One speedscope profile (a thread of a Chrome trace).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+/// One profile speedscope made of a file (a thread of a Chrome trace).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 pub struct Profile {
     /// Its name in speedscope's profile selector.
     pub name: String,
-    /// The symbols of its sandwich view, as drawn.
+    /// The symbols its sandwich view lists.
     pub symbols: Vec<String>,
 }
 
-/// What a page showed and said.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
-pub struct Seen {
-    /// The document's title once loaded.
+/// What one file did in the browser.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Loaded {
+    /// The file's name.
+    pub file: String,
+    /// The page title once loaded (speedscope: `NAME - speedscope`).
     pub title: String,
-    /// Messages of `alert`/`confirm` dialogs.
-    pub dialogs: Vec<String>,
-    /// Uncaught page errors.
+    /// Console messages of type warning or error (but Chromium's notes on
+    /// its software WebGL driver, `[.WebGL-…] GL Driver Message …`).
+    pub messages: Vec<String>,
+    /// Uncaught exceptions of the page.
     pub errors: Vec<String>,
-    /// Console warnings and errors, but for the GPU driver's own (SwiftShader
-    /// notes on `ReadPixels`, which say nothing of the page).
-    pub warnings: Vec<String>,
-    /// speedscope's profiles.
+    /// Alerts, confirms and prompts the page raised.
+    pub dialogs: Vec<String>,
+    /// For an SVG: the `<title>` elements inside `<g>` frames.
+    pub svg_frames: Option<usize>,
+    /// For an SVG: every `<title>` element in it (a histogram's bars too).
+    pub svg_titles: Option<usize>,
+    /// For a profile: speedscope's profiles of it.
+    #[serde(default)]
     pub profiles: Vec<Profile>,
-    /// Elements in the document (an SVG's frames are `g` elements).
-    pub elements: usize,
 }
 
-/// The installed viewers.
-#[derive(Debug, Clone)]
-pub struct Viewers {
-    modules: PathBuf,
-    chromium: PathBuf,
-}
-
-fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
-    let o = cmd.output().map_err(|e| format!("cannot run {what}: {e}"))?;
-    if !o.status.success() {
-        return Err(format!("{what} failed ({}): {}", o.status, String::from_utf8_lossy(&o.stderr).trim()));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-}
-
-impl Viewers {
-    /// Installs what is missing: Debian's `chromium`, `nodejs` and `npm`,
-    /// then [`SPEEDSCOPE`] and [`PLAYWRIGHT`] into `dir/node_modules`
-    /// (kept for later runs). `Err` says what could not be had.
-    pub fn install(dir: &Path) -> Result<Viewers, String> {
-        crate::debian_package("chromium", || Path::new("/usr/bin/chromium").is_file())?;
-        crate::debian_package("nodejs", || crate::runs("node", &["--version"]))?;
-        crate::debian_package("npm", || crate::runs("npm", &["--version"]))?;
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let modules = dir.join("node_modules");
-        let have = |spec: &str| {
-            let (name, version) = spec.rsplit_once('@').unwrap_or((spec, ""));
-            std::fs::read_to_string(modules.join(name).join("package.json"))
-                .is_ok_and(|p| p.contains(&format!("\"version\": \"{version}\"")))
-        };
-        if !have(SPEEDSCOPE) || !have(PLAYWRIGHT) {
-            run(
-                Command::new("npm")
-                    .args(["install", "--no-audit", "--no-fund", "--no-save", "--prefix"])
-                    .arg(dir)
-                    .args([SPEEDSCOPE, PLAYWRIGHT]),
-                "npm install",
-            )?;
-        }
-        Ok(Viewers { modules, chromium: PathBuf::from("/usr/bin/chromium") })
-    }
-
-    /// Opens every page in one headless browser; what each showed, in order.
-    pub fn check(&self, pages: &[Page]) -> Result<Vec<Seen>, String> {
-        // A fresh private directory (mkdtemp, 0700), removed on return.
-        let dir = tempfile::Builder::new().prefix("papirus-browser-").tempdir().map_err(|e| e.to_string())?;
-        let scratch = dir.path();
-        let script = scratch.join("check.js");
-        std::fs::write(&script, SCRIPT).map_err(|e| e.to_string())?;
-        let list: Vec<serde_json::Value> = pages
-            .iter()
-            .map(|p| match p {
-                Page::Speedscope(f) => serde_json::json!({ "kind": "speedscope", "file": f }),
-                Page::Plain(f, shot) => serde_json::json!({ "kind": "plain", "file": f, "screenshot": shot }),
-            })
-            .collect();
-        let input = scratch.join("pages.json");
-        std::fs::write(&input, serde_json::to_vec(&list).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-        let out = run(
-            Command::new("node")
-                .arg(&script)
-                .arg(&input)
-                .arg(self.modules.join("speedscope/dist/release"))
-                .arg(&self.chromium)
-                .env("NODE_PATH", &self.modules),
-            "headless chromium (node check.js)",
-        );
-        serde_json::from_str(&out?).map_err(|e| format!("the browser's report does not parse: {e}"))
+impl Loaded {
+    /// Whether the viewer took the file without any warning, error or dialog.
+    pub fn clean(&self) -> bool {
+        self.messages.is_empty() && self.errors.is_empty() && self.dialogs.is_empty()
     }
 }
 
-/// The browser side: serves speedscope and the files on 127.0.0.1, opens
-/// each page, reports what it saw as JSON on stdout.
 const SCRIPT: &str = r#"
-const { chromium } = require('playwright-core');
 const http = require('http'), fs = require('fs'), path = require('path');
-const [pagesFile, speedscope, executable] = process.argv.slice(2);
-const pages = JSON.parse(fs.readFileSync(pagesFile, 'utf8'));
-const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.json': 'application/json',
-  '.wasm': 'application/wasm', '.png': 'image/png', '.svg': 'image/svg+xml', '.woff2': 'font/woff2' };
+const { chromium } = require('playwright-core');
+const [dist, chromiumPath, ...files] = process.argv.slice(2);
+const types = { '.html': 'text/html', '.js': 'text/javascript', '.css': 'text/css', '.svg': 'image/svg+xml',
+                '.png': 'image/png', '.json': 'application/json', '.txt': 'text/plain' };
 const server = http.createServer((req, res) => {
-  const url = decodeURIComponent(req.url.split('?')[0]);
-  // The browser asks every origin for one; none is part of what is checked.
-  if (url === '/favicon.ico') { res.writeHead(204); res.end(); return; }
-  let file;
-  const m = url.match(/^\/page\/(\d+)\//);
-  if (m) file = pages[Number(m[1])].file;
-  else file = path.join(speedscope, path.normalize(url === '/' ? '/index.html' : url));
-  if (!m && !file.startsWith(speedscope)) { res.writeHead(403); res.end(); return; }
-  fs.readFile(file, (e, d) => {
-    if (e) { res.writeHead(404); res.end(); return; }
-    res.writeHead(200, { 'Content-Type': types[path.extname(file)] || 'application/octet-stream' });
-    res.end(d);
+  const u = decodeURIComponent(new URL(req.url, 'http://127.0.0.1').pathname);
+  let p = null;
+  if (u === '/favicon.ico') { res.writeHead(204); res.end(); return; }
+  if (u.startsWith('/files/')) p = files.find(f => path.basename(f) === u.slice(7));
+  else { const q = path.normalize(path.join(dist, u === '/' ? 'index.html' : u)); if (q.startsWith(dist)) p = q; }
+  if (!p) { res.writeHead(404); res.end(); return; }
+  fs.readFile(p, (err, data) => {
+    if (err) { res.writeHead(404); res.end(); return; }
+    res.writeHead(200, { 'Content-Type': types[path.extname(p)] || 'application/octet-stream' });
+    res.end(data);
   });
 });
-const gpuNoise = (t) => /GL Driver Message|GPU stall|WebGL-/.test(t);
+// speedscope's sandwich view (key 3) of each profile (key n steps to the next).
+async function profiles(page) {
+  const text = () => page.evaluate(() => document.body.innerText);
+  const of = (t) => { const m = t.match(/\((\d+)\/(\d+)\)/); return m ? Number(m[2]) : 1; };
+  await page.keyboard.press('3');
+  const out = [];
+  const n = of(await text());
+  for (let k = 0; k < n; k++) {
+    await page.waitForTimeout(300);
+    const lines = (await text()).split('\n').map(l => l.trim()).filter(l => l.length > 0);
+    const name = (lines.find(l => /\(\d+\/\d+\)$/.test(l)) || '').replace(/\s*\(\d+\/\d+\)$/, '');
+    const at = lines.findIndex(l => /Symbol Name$/.test(l));
+    // Rows are total, self, symbol.
+    const symbols = at < 0 ? [] : lines.slice(at + 1).filter((_, j) => j % 3 === 2);
+    out.push({ name, symbols });
+    await page.keyboard.press('n');
+  }
+  return out;
+}
 server.listen(0, '127.0.0.1', async () => {
   const base = `http://127.0.0.1:${server.address().port}`;
-  const browser = await chromium.launch({ executablePath: executable, args: ['--no-sandbox'] });
+  const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu',
+    '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'] });
   const out = [];
-  try {
-    for (const [i, p] of pages.entries()) {
-      const page = await browser.newPage({ viewport: { width: 1600, height: 2400 } });
-      const seen = { title: '', dialogs: [], errors: [], warnings: [], profiles: [], elements: 0 };
-      page.on('dialog', d => { seen.dialogs.push(d.message()); d.dismiss().catch(() => {}); });
-      page.on('pageerror', e => seen.errors.push(String(e)));
-      page.on('console', m => {
-        if ((m.type() === 'warning' || m.type() === 'error') && !gpuNoise(m.text())) seen.warnings.push(m.text());
-      });
-      const file = `${base}/page/${i}/${path.basename(p.file)}`;
-      if (p.kind === 'speedscope') {
-        await page.goto(`${base}/index.html#profileURL=${encodeURIComponent(file)}`);
-        await page.waitForFunction(() => document.title.endsWith('- speedscope'), null, { timeout: 60000 })
-          .catch(() => {});
-        seen.title = await page.title();
-        if (seen.title.endsWith('- speedscope') && seen.dialogs.length === 0) {
-          await page.keyboard.press('3');
-          const count = async () => {
-            const t = await page.evaluate(() => document.body.innerText);
-            const m = t.match(/\((\d+)\/(\d+)\)/);
-            return m ? Number(m[2]) : 1;
-          };
-          const n = await count();
-          for (let k = 0; k < n; k++) {
-            await page.waitForTimeout(300);
-            const t = await page.evaluate(() => document.body.innerText);
-            const lines = t.split('\n').map(l => l.trim()).filter(l => l.length > 0);
-            const name = (lines.find(l => /\(\d+\/\d+\)$/.test(l)) || lines[1] || '').replace(/\s*\(\d+\/\d+\)$/, '');
-            const at = lines.findIndex(l => /Symbol Name$/.test(l));
-            const rows = at < 0 ? [] : lines.slice(at + 1);
-            const symbols = rows.filter((_, j) => j % 3 === 2);
-            seen.profiles.push({ name, symbols });
-            await page.keyboard.press('n');
-          }
-        }
+  for (const f of files) {
+    const file = path.basename(f);
+    const r = { file, title: '', messages: [], errors: [], dialogs: [], svg_frames: null, svg_titles: null, profiles: [] };
+    const page = await browser.newPage({ viewport: { width: 1600, height: 2400 } });
+    // Chromium's own notes about its software GL driver are not the page's.
+    page.on('console', m => { if ((m.type() === 'warning' || m.type() === 'error') && !m.text().startsWith('[.WebGL-'))
+      r.messages.push(`${m.type()}: ${m.text()}`); });
+    page.on('pageerror', e => r.errors.push(String(e)));
+    page.on('dialog', d => { r.dialogs.push(d.message()); d.dismiss().catch(() => {}); });
+    try {
+      if (file.endsWith('.svg')) {
+        await page.goto(`${base}/files/${encodeURIComponent(file)}`, { waitUntil: 'load' });
+        r.svg_frames = await page.locator('svg g > title').count();
+        r.svg_titles = await page.locator('svg title').count();
+        r.title = await page.title();
       } else {
-        await page.goto(file);
-        await page.waitForLoadState('load');
-        seen.title = await page.title();
-        seen.elements = await page.evaluate(() => document.getElementsByTagName('*').length);
-        if (p.screenshot) await page.screenshot({ path: p.screenshot, fullPage: true });
+        const url = `${base}/files/${encodeURIComponent(file)}`;
+        await page.goto(`${base}/index.html#profileURL=${encodeURIComponent(url)}`, { waitUntil: 'load' });
+        await page.waitForFunction(n => document.title.startsWith(n), file, { timeout: 30000 });
+        // Importer warnings come while the profile is processed and drawn.
+        await page.waitForTimeout(1000);
+        r.title = await page.title();
+        if (r.dialogs.length === 0) r.profiles = await profiles(page);
       }
-      out.push(seen);
-      await page.close();
-    }
-  } finally {
-    await browser.close();
-    server.close();
+    } catch (e) { r.errors.push(`${e}`); r.title = await page.title().catch(() => ''); }
+    out.push(r);
+    await page.close();
   }
-  process.stdout.write(JSON.stringify(out));
+  await browser.close();
+  server.close();
+  console.log(JSON.stringify(out));
 });
 "#;
+
+/// Installs what the checks need (Debian's chromium, nodejs and npm where
+/// absent, speedscope and playwright-core into `cache`, a directory of the
+/// build tree), or says why it cannot.
+pub fn prepare(cache: &Path) -> Result<PathBuf, String> {
+    crate::debian_package("chromium", || Path::new(CHROMIUM).exists())?;
+    crate::debian_package("nodejs", || crate::runs("node", &["--version"]))?;
+    crate::debian_package("npm", || crate::runs("npm", &["--version"]))?;
+    std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    let lock = std::fs::File::open(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| format!("lock {}: {e}", cache.display()))?;
+    let installed = |spec: &str| {
+        let (name, version) = spec.split_once('@').unwrap_or((spec, ""));
+        let manifest = cache.join("node_modules").join(name).join("package.json");
+        std::fs::read_to_string(manifest).is_ok_and(|m| m.contains(&format!("\"version\": \"{version}\"")))
+    };
+    if !installed(SPEEDSCOPE) || !installed(PLAYWRIGHT) {
+        let o = Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--no-save", "--prefix"])
+            .arg(cache)
+            .args([SPEEDSCOPE, PLAYWRIGHT])
+            .output()
+            .map_err(|e| format!("cannot run npm: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "npm install {SPEEDSCOPE} {PLAYWRIGHT}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+    }
+    Ok(cache.to_path_buf())
+}
+
+/// Opens each of `files` (profiles in speedscope, `.svg` files as pages)
+/// in one headless Chromium; `cache` as for [`prepare`]. Files are served
+/// by name: give each a different one.
+pub fn open(cache: &Path, files: &[PathBuf]) -> Result<Vec<Loaded>, String> {
+    let cache = prepare(cache)?;
+    let dist = cache.join("node_modules/speedscope/dist/release");
+    let script = cache.join("open-in-browser.js");
+    std::fs::write(&script, SCRIPT).map_err(|e| format!("{}: {e}", script.display()))?;
+    let o = Command::new("node")
+        .arg(&script)
+        .arg(&dist)
+        .arg(CHROMIUM)
+        .args(files)
+        .env("NODE_PATH", cache.join("node_modules"))
+        .current_dir(&cache)
+        .output()
+        .map_err(|e| format!("cannot run node: {e}"))?;
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    if !o.status.success() {
+        return Err(format!("the browser check failed: {}{stdout}", String::from_utf8_lossy(&o.stderr)));
+    }
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line).map_err(|e| format!("browser check output {line:?}: {e}"))
+}

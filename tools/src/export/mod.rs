@@ -16,14 +16,11 @@
 //! A profile built from a trace counts what the trace holds: calls its
 //! filters dropped or its rings lost are not in it.
 
-pub mod chrome;
-pub mod otf2;
-pub mod tau;
-
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::io::Write;
 use std::path::Path;
+
+use papirus_formats::{chrome, flamegraph, folded, otf2, tau};
 
 use papirus_probe::session::trace::{Call, OPEN, Trace};
 use papirus_probe_abi::layout::record;
@@ -88,12 +85,12 @@ pub type Error = Box<dyn std::error::Error>;
 /// Reads a probe report, a trace file or a region report (told apart by content).
 pub fn load(path: &Path) -> Result<Input, Error> {
     use papirus_probe::session::trace;
-    let bytes = papirus_probe::input::read_file(path, trace::TRACE_LIMIT)?;
+    let bytes = papirus_substrate::input::read_file(path, trace::TRACE_LIMIT)?;
     if trace::is_trace(&bytes) {
         let t = trace::parse_trace(&bytes).map_err(|why| format!("{}: {why}", path.display()))?;
         return Ok(Input { report: report_of_trace(&t), trace: Some(t), regions: None });
     }
-    if bytes.len() as u64 > papirus_probe::input::REPORT_LIMIT {
+    if bytes.len() as u64 > papirus_substrate::input::REPORT_LIMIT {
         return Err(format!("{} is larger than any report papirus writes", path.display()).into());
     }
     let v: serde_json::Value = serde_json::from_slice(&bytes)
@@ -157,22 +154,27 @@ pub fn render(input: &Input, format: Format, o: &Options) -> Result<Vec<u8>, Err
             }
             out.push(b'\n');
         }
-        Format::Folded => out = folded(&stacks(r, o.threshold)).into_bytes(),
+        Format::Folded => folded::write(&mut out, stacks(r, o.threshold))?,
         Format::Flamegraph => {
             let what = if input.regions.is_some() { "region tree" } else { "call-path profile" };
-            let p = Picture {
+            let p = flamegraph::Options {
                 title: format!("{title}: {what}"),
                 subtitle: Some(format!("width: exclusive {unit}, exact (not sampled); one frame per node")),
                 count_name: unit.into(),
+                // Every node above papirus' own threshold, however narrow.
+                min_width: 0.0,
+                ..flamegraph::Options::default()
             };
-            flamegraph(&mut out, &stacks(r, o.threshold), &p)?;
+            flamegraph::write_svg(&mut out, stacks(r, o.threshold), &p)?;
         }
         Format::Flamechart => {
             let t = input.trace.as_ref().ok_or_else(|| needs_trace(format))?;
-            let p = Picture {
+            let p = flamegraph::Options {
                 title: format!("{title}: calls over time, per thread"),
                 subtitle: Some("width: nanoseconds; left to right in time".into()),
                 count_name: "ns".into(),
+                min_width: 0.0,
+                ..flamegraph::Options::default()
             };
             flamechart(&mut out, t, &p)?;
         }
@@ -475,103 +477,29 @@ pub fn stacks(r: &Report, threshold: f64) -> Vec<(Vec<String>, u64)> {
     out
 }
 
-/// Folded text of `stacks`: `frame;frame weight` lines, `;` in names as `:`.
-pub fn folded(stacks: &[(Vec<String>, u64)]) -> String {
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for (path, w) in stacks.iter().filter(|s| s.1 > 0) {
-        let line: Vec<String> = path.iter().map(|f| frame(f)).collect();
-        *lines.entry(line.join(";")).or_default() += w;
-    }
-    let mut out = String::new();
-    for (l, w) in lines {
-        let _ = writeln!(out, "{l} {w}");
-    }
-    out
-}
-
-/// A frame name folded stacks can carry.
-fn frame(name: &str) -> String {
-    let s: String = name
-        .chars()
-        .map(|c| {
-            if c == ';' {
-                ':'
-            } else if c.is_control() {
-                ' '
-            } else {
-                c
-            }
-        })
-        .collect();
-    if s.is_empty() { "[unknown]".into() } else { s }
-}
-
-/// How a flame graph or chart describes itself.
-#[derive(Debug, Clone)]
-pub struct Picture {
-    /// The title.
-    pub title: String,
-    /// The line under it.
-    pub subtitle: Option<String>,
-    /// What a width counts.
-    pub count_name: String,
-}
-
-fn inferno_options(p: &Picture) -> inferno::flamegraph::Options<'static> {
-    let mut opt = inferno::flamegraph::Options::default();
-    opt.title = p.title.clone();
-    opt.subtitle = p.subtitle.clone();
-    opt.count_name = p.count_name.clone();
-    opt.deterministic = true;
-    opt.hash = true;
-    // Every frame above papirus' own threshold is drawn, however narrow.
-    opt.min_width = 0.0;
-    opt
-}
-
-/// A flame graph SVG of `stacks`.
-pub fn flamegraph(out: impl Write, stacks: &[(Vec<String>, u64)], p: &Picture) -> Result<(), Error> {
-    let text = folded(stacks);
-    if text.is_empty() {
-        return Err("nothing to draw: no call has a weight".into());
-    }
-    inferno::flamegraph::from_lines(&mut inferno_options(p), text.lines(), out)
-        .map_err(|e| format!("flame graph: {e}"))?;
-    Ok(())
-}
-
-/// A flame chart SVG of a trace: per thread (its label the bottom frame),
-/// the stack over time, each interval as wide as its nanoseconds.
-pub fn flamechart(out: impl Write, t: &Trace, p: &Picture) -> Result<(), Error> {
-    let mut lines: Vec<String> = Vec::new();
+/// A flame chart of a trace: per thread (its label the bottom frame), the
+/// stack over time, each interval as wide as its nanoseconds.
+pub fn flamechart(out: impl Write, t: &Trace, o: &flamegraph::Options) -> Result<(), Error> {
+    let mut intervals: Vec<(Vec<String>, u64)> = Vec::new();
     for th in &t.threads {
-        let label = frame(&trace_label(t, th));
-        let mut stack: Vec<String> = vec![label];
+        let mut stack: Vec<String> = vec![trace_label(t, th)];
         let mut at: Option<u64> = None;
         for (time, enter, i) in nest(&th.calls) {
             let now = t.ns(time) as u64;
             if let Some(prev) = at
                 && stack.len() > 1
             {
-                lines.push(format!("{} {}", stack.join(";"), now.saturating_sub(prev)));
+                intervals.push((stack.clone(), now.saturating_sub(prev)));
             }
             at = Some(now);
             if enter {
-                stack.push(frame(&t.name(th.calls[i].function)));
+                stack.push(t.name(th.calls[i].function));
             } else {
                 stack.pop();
             }
         }
     }
-    if lines.is_empty() {
-        return Err("nothing to draw: the trace holds no calls".into());
-    }
-    let mut opt = inferno_options(p);
-    opt.flame_chart = true;
-    // inferno draws a flame chart's lines last to first.
-    lines.reverse();
-    inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), out)
-        .map_err(|e| format!("flame chart: {e}"))?;
+    flamegraph::write_chart_svg(out, intervals, o).map_err(|e| format!("nothing to draw: {e}"))?;
     Ok(())
 }
 

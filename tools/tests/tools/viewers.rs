@@ -187,10 +187,6 @@ fn cache() -> PathBuf {
 
 #[test]
 fn speedscope_and_chromium_open_the_outputs() {
-    let viewers = match papirus_testkit::browser::Viewers::install(&cache().join("npm")) {
-        Ok(v) => v,
-        Err(e) => return papirus_testkit::skip(format!("no headless Chromium with speedscope: {e}")),
-    };
     let d = demo();
     // The high-level API's regions, and a time histogram, from this process.
     let regions = d.path("regions.json");
@@ -209,8 +205,8 @@ fn speedscope_and_chromium_open_the_outputs() {
     for i in 0..500u64 {
         h.add(i * 331, (i % 7) as f64);
     }
+    let bars = h.buckets.iter().filter(|b| **b != 0.0).count();
     std::fs::write(d.path("histogram.svg"), h.svg("values over time", "units")).unwrap();
-
     // A control: B/E events that do not nest, which speedscope takes with console warnings only.
     let bad = d.path("unbalanced.json");
     std::fs::write(
@@ -219,27 +215,26 @@ fn speedscope_and_chromium_open_the_outputs() {
         {"ph":"E","name":"a","pid":1,"tid":1,"ts":2},{"ph":"E","name":"b","pid":1,"tid":1,"ts":3}]}"#,
     )
     .unwrap();
-
-    use papirus_testkit::browser::Page;
-    let pages = [
-        Page::Speedscope(d.path("demo.trace.json")),
-        Page::Speedscope(d.path("regions.trace.json")),
-        Page::Plain(d.path("demo.svg"), None),
-        Page::Plain(d.path("demo-chart.svg"), None),
-        Page::Plain(d.path("regions.svg"), None),
-        Page::Plain(d.path("histogram.svg"), None),
-        Page::Speedscope(bad),
+    let files = [
+        d.path("demo.trace.json"),
+        d.path("regions.trace.json"),
+        d.path("demo.svg"),
+        d.path("demo-chart.svg"),
+        d.path("regions.svg"),
+        d.path("histogram.svg"),
+        bad,
     ];
-    let seen = viewers.check(&pages).unwrap();
+    let seen = match papirus_testkit::browser::open(&cache().join("npm"), &files) {
+        Ok(s) => s,
+        Err(e) => return papirus_testkit::skip(format!("no headless Chromium with speedscope: {e}")),
+    };
     let control = seen.last().unwrap();
     assert!(
-        control.title.ends_with("- speedscope") && !control.warnings.is_empty(),
+        control.title.ends_with("- speedscope") && !control.messages.is_empty(),
         "the check sees speedscope's importer warnings: {control:?}"
     );
-    for (p, s) in pages.iter().zip(&seen[..seen.len() - 1]) {
-        assert!(s.dialogs.is_empty(), "{p:?}: dialogs {:?}", s.dialogs);
-        assert!(s.errors.is_empty(), "{p:?}: page errors {:?}", s.errors);
-        assert!(s.warnings.is_empty(), "{p:?}: console warnings {:?}", s.warnings);
+    for l in &seen[..seen.len() - 1] {
+        assert!(l.clean(), "{l:?}");
     }
     // The trace: loaded, one profile per thread, each thread's functions.
     let trace = &seen[0];
@@ -275,10 +270,14 @@ fn speedscope_and_chromium_open_the_outputs() {
     for name in ["solve", "assemble", "io"] {
         assert!(region_names.contains(&name), "{region_names:?}");
     }
-    // The SVGs rendered: flame graphs draw a group per frame, the histogram its bars.
-    for s in &seen[2..6] {
-        assert!(s.elements > 10, "{s:?}");
-    }
+    // The SVGs rendered: flame graphs and the chart draw a frame per node
+    // or call, the histogram a bar per bucket with a value.
+    let nodes: usize = d.report.threads.iter().map(|t| t.tree.len()).sum();
+    assert_eq!(seen[2].svg_frames, Some(nodes + d.report.threads.len() + 1), "nodes, threads and `all`");
+    let calls = d.trace.calls() + d.trace.threads.len() + 1;
+    assert_eq!(seen[3].svg_frames, Some(calls), "a frame per call, per thread and `all`");
+    assert!(seen[4].svg_frames.is_some_and(|n| n >= 4), "{:?}", seen[4].svg_frames);
+    assert_eq!(seen[5].svg_titles, Some(bars + 1), "the bars and the document's title");
 }
 
 /// A region report of this process: `solve` with `assemble` inside it, and `io`.

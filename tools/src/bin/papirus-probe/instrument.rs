@@ -147,7 +147,7 @@ impl ProbeArgs {
             return Ok(None);
         };
         let output = if path.as_os_str().is_empty() { dir.join("trace.ptrace") } else { path.clone() };
-        papirus_probe::output::check_writable(&output)?;
+        papirus_formats::output::check_writable(&output)?;
         Ok(Some(TraceRequest {
             output,
             functions: expand_globs(&self.trace_functions)?,
@@ -537,7 +537,7 @@ fn write_format(
         Some(dir) if f.is_directory() => export::write_dir(input, f, dir),
         Some(path) => {
             let bytes = export::render(input, f, o)?;
-            papirus_probe::output::write_atomic(path, &bytes)?;
+            papirus_formats::output::write_atomic(path, &bytes)?;
             Ok(())
         }
         None if f.is_directory() => {
