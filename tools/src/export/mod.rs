@@ -10,6 +10,7 @@
 //! | `folded` | any | inferno, flamegraph.pl, speedscope, Perfetto |
 //! | `flamegraph` | any | a browser (SVG drawn by inferno) |
 //! | `flamechart` | a trace | a browser: each thread's calls in time order |
+//! | `histogram` | a trace | a browser: calls begun over time (SVG) |
 //! | `tau` | any | ParaProf, TAU's `pprof`, Hatchet (a directory) |
 //! | `otf2` | a trace | Vampir, Score-P's tools, `otf2-print` (a directory) |
 //!
@@ -41,6 +42,9 @@ pub enum Format {
     Flamegraph,
     /// A flame chart SVG of a trace: each thread's calls in time order.
     Flamechart,
+    /// A time histogram SVG of a trace: calls begun per interval over the
+    /// run (Paradyn's folding histogram, 200 buckets).
+    Histogram,
     /// A TAU profile directory.
     Tau,
     /// An OTF2 archive directory.
@@ -62,6 +66,7 @@ impl Format {
             Format::Folded => "folded",
             Format::Flamegraph => "flamegraph",
             Format::Flamechart => "flamechart",
+            Format::Histogram => "histogram",
             Format::Tau => "tau",
             Format::Otf2 => "otf2",
         }
@@ -177,6 +182,12 @@ pub fn render(input: &Input, format: Format, o: &Options) -> Result<Vec<u8>, Err
                 ..flamegraph::Options::default()
             };
             flamechart(&mut out, t, &p)?;
+        }
+        Format::Histogram => {
+            let t = input.trace.as_ref().ok_or_else(|| needs_trace(format))?;
+            out = histogram(t)
+                .svg(&format!("{title}: calls begun over time, all threads"), "calls")
+                .into_bytes();
         }
         Format::Chrome => match (&input.trace, &input.regions) {
             (Some(t), _) => chrome_of_trace(&mut out, t)?,
@@ -501,6 +512,24 @@ pub fn flamechart(out: impl Write, t: &Trace, o: &flamegraph::Options) -> Result
     }
     flamegraph::write_chart_svg(out, intervals, o).map_err(|e| format!("nothing to draw: {e}"))?;
     Ok(())
+}
+
+/// Buckets of [`histogram`].
+const HISTOGRAM_BUCKETS: usize = 200;
+
+/// Calls begun per interval of a trace's run, in a folding time histogram
+/// (it starts at 1 µs per bucket and doubles its width as the run goes on).
+pub fn histogram(t: &Trace) -> papirus_highlevel::TimeHistogram {
+    let mut h = papirus_highlevel::TimeHistogram {
+        start_ns: 0,
+        width_ns: 1000,
+        folds: 0,
+        buckets: vec![0.0; HISTOGRAM_BUCKETS],
+    };
+    for c in t.threads.iter().flat_map(|th| &th.calls) {
+        h.add(t.ns(c.start) as u64, 1.0);
+    }
+    h
 }
 
 /// Each call's (start, end) in nanoseconds, the events of the thread

@@ -43,6 +43,7 @@ fn demo() -> &'static Demo {
             ("folded", "demo.folded"),
             ("flamegraph", "demo.svg"),
             ("flamechart", "demo-chart.svg"),
+            ("histogram", "demo-histogram.svg"),
             ("tau", "tau"),
             ("otf2", "otf2"),
         ];
@@ -201,12 +202,9 @@ fn speedscope_and_chromium_open_the_outputs() {
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     }
-    let mut h = papirus_highlevel::TimeHistogram::new(64, 1000, 0).unwrap();
-    for i in 0..500u64 {
-        h.add(i * 331, (i % 7) as f64);
-    }
+    let h = papirus_tools::export::histogram(&d.trace);
+    assert_eq!(h.total() as usize, d.trace.calls(), "every traced call is in the histogram");
     let bars = h.buckets.iter().filter(|b| **b != 0.0).count();
-    std::fs::write(d.path("histogram.svg"), h.svg("values over time", "units")).unwrap();
     // A control: B/E events that do not nest, which speedscope takes with console warnings only.
     let bad = d.path("unbalanced.json");
     std::fs::write(
@@ -221,7 +219,7 @@ fn speedscope_and_chromium_open_the_outputs() {
         d.path("demo.svg"),
         d.path("demo-chart.svg"),
         d.path("regions.svg"),
-        d.path("histogram.svg"),
+        d.path("demo-histogram.svg"),
         bad,
     ];
     let seen = match papirus_testkit::browser::open(&cache().join("npm"), &files) {
@@ -278,6 +276,77 @@ fn speedscope_and_chromium_open_the_outputs() {
     assert_eq!(seen[3].svg_frames, Some(calls), "a frame per call, per thread and `all`");
     assert!(seen[4].svg_frames.is_some_and(|n| n >= 4), "{:?}", seen[4].svg_frames);
     assert_eq!(seen[5].svg_titles, Some(bars + 1), "the bars and the document's title");
+}
+
+/// `attach --trace` drains while the program runs and writes what was open
+/// at detach; the counters probe's values become counter tracks.
+#[test]
+fn attach_traces_and_counters_become_tracks() {
+    let dir = crate::util::scratch();
+    let p = |n: &str| dir.path().join(n);
+    let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_loop.c")).build(dir.path(), "loop");
+    let mut child = Command::new(&exe).arg("400").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.as_mut().unwrap()), &mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let o = Command::new(crate::util::probe())
+        .arg("attach")
+        .arg(child.id().to_string())
+        .args(["--duration", "0.5", "--trace"])
+        .arg(p("attach.ptrace"))
+        .arg("-o")
+        .arg(p("attach.json"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let t = read_trace(&p("attach.ptrace")).unwrap();
+    let r: Report = serde_json::from_slice(&std::fs::read(p("attach.json")).unwrap()).unwrap();
+    let g = r.total(r.id("g").unwrap()).calls;
+    let traced_g =
+        t.threads.iter().flat_map(|th| &th.calls).filter(|c| t.name(c.function) == "g").count() as u64;
+    assert!(g > 1000 && traced_g == g, "{traced_g} of {g} calls of g traced");
+    assert_eq!(t.lost(), 0);
+    assert!(child.wait().unwrap().success(), "the program runs on after detach");
+
+    let demo = papirus_testkit::Cc::new(crate::util::source("probe_program.c"))
+        .arg("-pthread")
+        .build(dir.path(), "demo");
+    let o = Command::new(crate::util::probe())
+        .args([
+            "run",
+            "--probe",
+            "counters",
+            "--events",
+            "task-clock",
+            "--trace",
+            "--trace-functions",
+            "main,f,g",
+        ])
+        .arg("--export")
+        .arg(format!("chrome={}", p("counters.json").display()))
+        .arg("--")
+        .arg(&demo)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let chrome: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p("counters.json")).unwrap()).unwrap();
+    let mut tracks: BTreeMap<String, Vec<(f64, u64)>> = BTreeMap::new();
+    for e in chrome["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "C") {
+        let v = e["args"]["value"].as_u64().unwrap();
+        tracks
+            .entry(e["name"].as_str().unwrap().to_string())
+            .or_default()
+            .push((e["ts"].as_f64().unwrap(), v));
+    }
+    assert_eq!(tracks.len(), 5, "a task-clock track per thread: {:?}", tracks.keys());
+    for (name, mut points) in tracks {
+        assert!(name.ends_with(" task-clock"), "{name}");
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        assert!(points.windows(2).all(|w| w[0].1 <= w[1].1), "{name}: thread CPU time never goes back");
+        assert!(points.last().unwrap().1 > points[0].1, "{name}: it advances");
+    }
 }
 
 /// A region report of this process: `solve` with `assemble` inside it, and `io`.

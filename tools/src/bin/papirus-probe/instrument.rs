@@ -73,8 +73,8 @@ pub struct ProbeArgs {
     /// tool drains while the program runs, written to FILE (papirus' trace
     /// format: `papirus-probe report FILE --format chrome|otf2|…`). Without
     /// FILE the trace serves --export and the summary, and is not kept.
-    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "")]
-    trace: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    trace: Option<Option<PathBuf>>,
     /// Trace only functions matching one of these globs (default: every
     /// instrumented function); repeatable; `@FILE` as for --functions.
     #[arg(long, value_name = "GLOB,…", value_delimiter = ',', requires = "trace")]
@@ -94,7 +94,7 @@ pub struct ProbeArgs {
     trace_buffer: u64,
     /// When the measurement ends, also write FORMAT to PATH (repeatable):
     /// text, json, folded, flamegraph, tau (a directory); with --trace also
-    /// chrome, flamechart and otf2 (a directory).
+    /// chrome, flamechart, histogram and otf2 (a directory).
     #[arg(long, value_name = "FORMAT=PATH", value_parser = parse_export)]
     export: Vec<(Format, PathBuf)>,
 }
@@ -137,16 +137,14 @@ impl ProbeArgs {
     /// The trace the options ask for: its file (`dir` holds an unnamed one).
     fn trace(&self, dir: &Path) -> Result<Option<TraceRequest>, Failure> {
         let Some(path) = &self.trace else {
-            if let Some((f, _)) = self
-                .export
-                .iter()
-                .find(|(f, _)| matches!(f, Format::Chrome | Format::Flamechart | Format::Otf2))
-            {
+            if let Some((f, _)) = self.export.iter().find(|(f, _)| {
+                matches!(f, Format::Chrome | Format::Flamechart | Format::Histogram | Format::Otf2)
+            }) {
                 return Err(format!("--export {}=… shows calls on a timeline: add --trace", f.name()).into());
             }
             return Ok(None);
         };
-        let output = if path.as_os_str().is_empty() { dir.join("trace.ptrace") } else { path.clone() };
+        let output = path.clone().unwrap_or_else(|| dir.join("trace.ptrace"));
         papirus_formats::output::check_writable(&output)?;
         Ok(Some(TraceRequest {
             output,
@@ -325,7 +323,8 @@ pub struct ReportArgs {
     file: PathBuf,
     /// What to write: text (the report), json, chrome (Chrome trace JSON:
     /// Perfetto, speedscope), folded (folded stacks), flamegraph (SVG),
-    /// flamechart (SVG of a trace's calls over time), tau (a TAU profile
+    /// flamechart (SVG of a trace's calls over time), histogram (SVG of
+    /// the calls a trace's run began per interval), tau (a TAU profile
     /// directory: ParaProf, Hatchet), otf2 (an OTF2 archive directory:
     /// Vampir; needs Debian's libopen-trace-format2-10).
     #[arg(long, value_enum, default_value = "text")]
@@ -477,7 +476,7 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     let ended = if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() };
     view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
-    trace_notes(s.trace.as_ref(), args.probe.trace.as_deref(), &mut view);
+    trace_notes(s.trace.as_ref(), matches!(args.probe.trace, Some(Some(_))), &mut view);
     show(&file, costs, &args.probe, view, args.full)?;
     let name = args.command[0].to_string_lossy().rsplit('/').next().unwrap_or_default().to_string();
     export(&file, trace.as_ref(), &args.probe.export, &name)?;
@@ -485,12 +484,9 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
 }
 
 /// The trace's figures as header notes.
-fn trace_notes(t: Option<&session::TraceSummary>, named: Option<&Path>, view: &mut View) {
+fn trace_notes(t: Option<&session::TraceSummary>, named: bool, view: &mut View) {
     let Some(t) = t else { return };
-    let kept = match named {
-        Some(p) if !p.as_os_str().is_empty() => format!("in {}", t.path.display()),
-        _ => "not kept (--trace FILE keeps it)".into(),
-    };
+    let kept = if named { format!("in {}", t.path.display()) } else { "not kept (--trace FILE keeps it)".into() };
     view.notes.push(("trace".into(), format!("{} calls, {:.1} MB, {kept}", t.calls, t.bytes as f64 / 1e6)));
     if t.lost > 0 {
         view.notes.push((
@@ -627,7 +623,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     };
     view.notes.push(("trampolines".into(), tramps));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
-    trace_notes(s.trace.as_ref(), args.probe.trace.as_deref(), &mut view);
+    trace_notes(s.trace.as_ref(), matches!(args.probe.trace, Some(Some(_))), &mut view);
     show(&file, costs, &args.probe, view, args.full)?;
     export(&file, trace.as_ref(), &args.probe.export, &format!("pid {}", args.pid))?;
     Ok(0)
