@@ -517,11 +517,13 @@ pub fn flamechart(out: impl Write, t: &Trace, o: &flamegraph::Options) -> Result
 /// Buckets of [`histogram`].
 const HISTOGRAM_BUCKETS: usize = 200;
 
-/// Calls begun per interval of a trace's run, in a folding time histogram
-/// (it starts at 1 µs per bucket and doubles its width as the run goes on).
+/// Calls begun per interval of a trace's run from its first call, in a
+/// folding time histogram (1 µs per bucket, the width doubling as the run
+/// goes on; times in nanoseconds since the session began).
 pub fn histogram(t: &Trace) -> papirus_highlevel::TimeHistogram {
+    let first = t.threads.iter().flat_map(|th| &th.calls).map(|c| c.start).min().unwrap_or(0);
     let mut h = papirus_highlevel::TimeHistogram {
-        start_ns: 0,
+        start_ns: t.ns(first) as u64,
         width_ns: 1000,
         folds: 0,
         buckets: vec![0.0; HISTOGRAM_BUCKETS],

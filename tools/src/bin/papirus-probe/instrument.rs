@@ -486,7 +486,8 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
 /// The trace's figures as header notes.
 fn trace_notes(t: Option<&session::TraceSummary>, named: bool, view: &mut View) {
     let Some(t) = t else { return };
-    let kept = if named { format!("in {}", t.path.display()) } else { "not kept (--trace FILE keeps it)".into() };
+    let kept =
+        if named { format!("in {}", t.path.display()) } else { "not kept (--trace FILE keeps it)".into() };
     view.notes.push(("trace".into(), format!("{} calls, {:.1} MB, {kept}", t.calls, t.bytes as f64 / 1e6)));
     if t.lost > 0 {
         view.notes.push((
