@@ -44,10 +44,11 @@
 //! inclusive time is exact; flat per-function figures and caller → callee
 //! pairs are sums over the tree (a function's inclusive time counting only
 //! nodes without an ancestor of the same function). A tree holds at most its
-//! geometry's nodes: a call on a new path beyond them is counted in
-//! [`slot::NODE_OVERFLOW`] and left out of the tree with everything it
-//! calls (its time stays in its caller's exclusive time, as an
-//! uninstrumented call's would).
+//! geometry's nodes: a call on a new path beyond them is left out of the
+//! tree with everything it calls, each of those calls counted in
+//! [`slot::NODE_OVERFLOW`] (their time stays in the caller's exclusive time,
+//! as an uninstrumented call's would). Calls made inside frames a forked
+//! child inherited start the child's own paths at its root.
 //!
 //! The *index* beside a tree maps (parent, function) to the node, open
 //! addressing with linear probing (at most [`INDEX_PROBES`] places): the
@@ -179,7 +180,8 @@ pub mod slot {
     pub const REENTERED: usize = 5;
     /// Calls past the shadow-stack bound: not timed, not in the tree.
     pub const UNTIMED: usize = 6;
-    /// Calls on new paths beyond the tree's nodes (not in the tree).
+    /// Calls left out of the tree: on a new path beyond its nodes, or made
+    /// from such a call.
     pub const NODE_OVERFLOW: usize = 7;
     /// Counter values of the current hook.
     pub const CNOW: usize = 8;
@@ -295,7 +297,8 @@ pub mod entry {
     pub const CHILD: usize = 3;
     /// Function id (`u64::MAX`: a frame a forked child inherited).
     pub const FID: usize = 4;
-    /// Tree node ([`super::NO_NODE`]: left out of the tree).
+    /// Tree node ([`super::NO_NODE`]: left out of the tree; 0, the root,
+    /// for a frame a forked child inherited).
     pub const NODE: usize = 5;
     /// Counter values at entry (4 words).
     pub const CSTART: usize = 6;

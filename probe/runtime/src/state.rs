@@ -878,6 +878,8 @@ impl Guard {
         }
         let parent = if d > 0 { t.entry(d - 1).node.get() } else { 0 };
         let node = if parent == NO_NODE {
+            // Called from a call left out of the tree: left out too, and counted.
+            t.node_overflow.add(1);
             NO_NODE
         } else {
             let c = t.node(parent).cache.get();
@@ -1142,9 +1144,10 @@ impl Thread {
             let e = self.entry(i as u64);
             e.slot.set(*s);
             e.ret.set(*r);
-            // Frames begun in the parent are not timed or counted in the child.
+            // Frames begun in the parent are not timed or counted in the
+            // child; what they call starts the child's own paths.
             e.fid.set(u64::MAX);
-            e.node.set(NO_NODE);
+            e.node.set(0);
         }
         self.depth.set(frames.len() as u64);
     }

@@ -159,6 +159,22 @@ fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
     assert_eq!(node(&folded, exited, &["worker", "f", "g"]).calls, 4000);
     assert_eq!(node(&folded, exited, &["worker"]).calls, 4);
 
+    // A bound of 8 nodes (the root and 7 paths): later paths are counted,
+    // left out, and the tree stays consistent.
+    let bounded = run(
+        &exe("probe_program.c", "callpath_demo"),
+        &dir.path().join("bounded.json"),
+        &["--tree-nodes", "8"],
+    );
+    let main = bounded.threads.iter().find(|t| t.tid == bounded.pid).unwrap();
+    check_consistent(&bounded, main);
+    assert_eq!(main.tree.len(), 7);
+    assert!(main.node_overflow > 0, "calls beyond the bound are counted");
+    let placed: u64 = main.tree.iter().map(|n| n.calls).sum();
+    let all: u64 =
+        demo.threads.iter().find(|t| t.tid == demo.pid).unwrap().tree.iter().map(|n| n.calls).sum();
+    assert_eq!(placed + main.node_overflow, all, "every call is placed or counted as overflow");
+
     // C++ exceptions: run → ex1 → ex2 → ex3; four of six calls throw from ex3 to run's catch.
     let exc = run(&exe("probe_program_exc.cpp", "callpath_exc"), &dir.path().join("exc.json"), &[]);
     let t = &exc.threads[0];
