@@ -563,7 +563,12 @@ pub fn is_trace(bytes: &[u8]) -> bool {
 
 /// Reads a trace file (a regular file of at most [`TRACE_LIMIT`] bytes).
 pub fn read_trace(path: &Path) -> Result<Trace, ProbeError> {
-    let bytes = papirus_substrate::input::read_file(path, TRACE_LIMIT).map_err(crate::Error::from)?;
+    let bytes = papirus_substrate::input::read_file_if(path, &TRACE_MAGIC, TRACE_LIMIT)
+        .map_err(crate::Error::from)?
+        .ok_or_else(|| ProbeError::BadTrace {
+            path: path.to_path_buf(),
+            reason: "not a papirus trace (bad magic)".into(),
+        })?;
     parse_trace(&bytes).map_err(|why| ProbeError::BadTrace { path: path.to_path_buf(), reason: why })
 }
 

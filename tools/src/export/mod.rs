@@ -90,14 +90,14 @@ pub type Error = Box<dyn std::error::Error>;
 /// Reads a probe report, a trace file or a region report (told apart by content).
 pub fn load(path: &Path) -> Result<Input, Error> {
     use papirus_probe::session::trace;
-    let bytes = papirus_substrate::input::read_file(path, trace::TRACE_LIMIT)?;
-    if trace::is_trace(&bytes) {
+    // Traces may be large: their bound holds only for a file that is one.
+    if let Some(bytes) =
+        papirus_substrate::input::read_file_if(path, &trace::TRACE_MAGIC, trace::TRACE_LIMIT)?
+    {
         let t = trace::parse_trace(&bytes).map_err(|why| format!("{}: {why}", path.display()))?;
         return Ok(Input { report: report_of_trace(&t), trace: Some(t), regions: None });
     }
-    if bytes.len() as u64 > papirus_substrate::input::REPORT_LIMIT {
-        return Err(format!("{} is larger than any report papirus writes", path.display()).into());
-    }
+    let bytes = papirus_substrate::input::read_file(path, papirus_substrate::input::REPORT_LIMIT)?;
     let v: serde_json::Value = serde_json::from_slice(&bytes)
         .map_err(|e| format!("{} is neither a papirus report nor a trace: {e}", path.display()))?;
     if v.get("tool").is_some() && v.get("process").is_some() {

@@ -64,10 +64,12 @@ pub struct ProbeArgs {
     #[arg(long, requires = "costs")]
     subtract_cost: bool,
     /// Distinct call paths kept per thread (the call-path tree's nodes; a
-    /// process keeps 4 times as many for its ended threads). Calls on new
-    /// paths beyond it are counted, not placed, and the report says so.
-    #[arg(long, value_name = "N", default_value_t = papirus_probe_abi::DEFAULT_NODES)]
-    tree_nodes: u64,
+    /// process keeps 4 times as many for its ended threads; default: 64 per
+    /// instrumented function, 16,384 to 1,048,576; 128 bytes each, used only
+    /// as paths appear). Calls on new paths beyond it are counted, not
+    /// placed, and the report says so.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=1 << 24))]
+    tree_nodes: Option<u64>,
     /// Record every call: its entry and exit time, function and thread (and
     /// counter values with the counters probe), into per-thread rings the
     /// tool drains while the program runs, written to FILE (papirus' trace
@@ -468,7 +470,7 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         args: args.command[1..].to_vec(),
         runtime,
         per_thread: args.probe.per_thread,
-        nodes: args.probe.tree_nodes,
+        nodes: args.probe.tree_nodes.unwrap_or(0),
         trace: trace.clone(),
     };
     let s = session::run(&opts)?;
@@ -594,7 +596,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         duration,
         runtime,
         per_thread: args.probe.per_thread,
-        nodes: args.probe.tree_nodes,
+        nodes: args.probe.tree_nodes.unwrap_or(0),
         trace: trace.clone(),
     };
     let attached = session::attach(&opts, &STOP);
