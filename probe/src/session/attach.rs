@@ -87,6 +87,7 @@ pub struct AttachSummary {
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
+    super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait

@@ -232,6 +232,18 @@ pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
     }
 }
 
+/// Checks a trace request against the probe before the target is touched:
+/// a trace needs timestamps, which the empty probe does not take.
+pub fn check_trace(probe: Probe, trace: Option<&TraceRequest>) -> Result<(), ProbeError> {
+    if trace.is_some() && probe == Probe::Empty {
+        return Err(ProbeError::Events(
+            "--trace records times, which the empty probe does not take: use the wallclock or counters probe"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The event names `--events` values stand for: each value split by the
 /// shared event-list splitter (commas inside `pmu/…/` terms stay), and each
 /// PAPI preset replaced by the native event it counts here, resolved as

@@ -312,6 +312,15 @@ fn attach_traces_and_counters_become_tracks() {
     let demo = papirus_testkit::Cc::new(crate::util::source("probe_program.c"))
         .arg("-pthread")
         .build(dir.path(), "demo");
+    // A trace needs times: the empty probe takes none, refused before anything runs.
+    let o = Command::new(crate::util::probe())
+        .args(["run", "--probe", "empty", "--trace", "--"])
+        .arg(&demo)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("empty probe does not take"), "{o:?}");
+    assert!(o.stdout.is_empty(), "the program did not run");
     let o = Command::new(crate::util::probe())
         .args([
             "run",
