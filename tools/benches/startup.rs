@@ -43,11 +43,6 @@ fn once(cmd: &mut Command) -> Result<(f64, f64), String> {
 /// A tool's name and how to start it on the program.
 type Tool<'a> = (&'static str, Box<dyn Fn() -> Command + 'a>);
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 fn main() {
     let dir = tempfile::tempdir().expect("a scratch directory");
     let program =
@@ -115,7 +110,7 @@ fn main() {
     for ((name, _), (s, e, err)) in tools.iter().zip(results) {
         match err {
             Some(err) if s.is_empty() => println!("  {name:<56}not measured: {err}"),
-            _ => println!("  {name:<56}{:>10.1}{:>10.1}", median(s), median(e)),
+            _ => println!("  {name:<56}{:>10.1}{:>10.1}", cost::median(&s), cost::median(&e)),
         }
     }
 }

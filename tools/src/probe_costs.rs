@@ -12,6 +12,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::path::Path;
+use std::process::Command;
 use std::rc::Rc;
 
 use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult};
@@ -43,7 +44,7 @@ const D_NOP5: &str = "one call of the same body behind a 5-byte nop (tiny_nop5) 
 const D_TYPICAL: &str = "one call of the same body (tiny_up, a typical -O2 entry) with a counting uprobe and uretprobe: the kernel single-steps the entry";
 const D_EMPTY: &str =
     "one call of the same body (tiny) through papirus' entry+exit trampoline with the empty probe";
-const D_WALLCLOCK: &str = "one call of the same body through the trampoline with the wallclock probe (two TSC reads, per-function totals)";
+const D_WALLCLOCK: &str = "one call of the same body through the trampoline with the wallclock probe (two TSC reads, the call-path tree)";
 const D_COUNTERS: &str = "one call of the same body through the trampoline with the counters probe reading task-clock (user-space path, extended state saved)";
 const D_UFTRACE: &str = "one call of the same body under uftrace record -P (dynamic patching)";
 
@@ -161,18 +162,30 @@ fn trampoline(s: &State, b: &Bench, name: &'static str, description: &str, probe
     Ok(vec![c])
 }
 
-/// The uftrace row: [`cost::uftrace_run`] in this run; the cost is one
-/// instrumented call as the driver measured it.
+/// Calls per sample of the uftrace row: four of uftrace's default 128 KiB
+/// buffers (32 bytes a call), so their hand-off to its writer is counted.
+const UFTRACE_BATCH: u32 = 16_384;
+
+/// The uftrace row: the driver timed plain and under `uftrace record -P tiny`
+/// in this run; the cost is one instrumented call as the driver measured it.
 fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
-    let samples = (b.plan().samples / 20).clamp(10, 100);
-    let run = cost::uftrace_run(uftrace, cost::UFTRACE_BATCH, samples)?;
+    let driver = cost::Driver::build().map_err(|e| e.to_string())?;
+    let samples = u64::from((b.plan().samples / 20).clamp(10, 100));
+    let batch = u64::from(UFTRACE_BATCH);
+    let plain = driver.run_under(Command::new(driver.path()), batch, samples, "the uftrace driver")?;
+    let traced = cost::uftraced(&driver, uftrace, &plain, batch, samples)?;
+
     let per_ns = b.ticks().per_ns;
-    let cycles = run.traced.iter().map(|ns| ns * per_ns).collect();
-    let mut c =
-        Cost::from_samples(b.ticks(), b.plan(), UFTRACE, D_UFTRACE, None, cycles, cost::UFTRACE_BATCH)
-            .ok_or("no uftrace samples")?;
-    let plain_ns = cost::median(&run.plain);
+    let cycles = traced.ns.iter().map(|ns| ns * per_ns).collect();
+    let mut c = Cost::from_samples(b.ticks(), b.plan(), UFTRACE, D_UFTRACE, None, cycles, UFTRACE_BATCH)
+        .ok_or("no uftrace samples")?;
+    let plain_ns = plain.median();
     let added = c.ns.median - plain_ns;
+    let version = Command::new(uftrace)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "uftrace".into());
     let base = reference(s, b, UNINSTRUMENTED);
     let vs_base = match base {
         Ok(u) if u > 0.0 => format!("{:.1}× the uninstrumented call", c.ns.median / u),
@@ -187,8 +200,8 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
         _ => "wallclock probe row not run".into(),
     };
     c.path = Some(format!(
-        "{} record -P tiny --no-libcall, timed inside the driver: +{added:.1} ns over the same driver uninstrumented ({plain_ns:.1} ns/call), {} calls recorded, exact; {vs_base}; {vs_wall}",
-        run.version, run.calls
+        "{version} record -P tiny --no-libcall, timed inside the driver: +{added:.1} ns over the same driver uninstrumented ({plain_ns:.1} ns/call), {} calls recorded, exact; {vs_base}; {vs_wall}",
+        traced.calls
     ));
     Ok(vec![c])
 }

@@ -96,6 +96,7 @@ const SYS_READ: u64 = 0;
 const SYS_WRITE: u64 = 1;
 const SYS_MMAP: u64 = 9;
 const SYS_MUNMAP: u64 = 11;
+const SYS_GETPID: u64 = 39;
 const SYS_GETTID: u64 = 186;
 
 /// Anonymous, zero-filled, private read-write memory; `None` when the kernel refuses.
@@ -117,6 +118,11 @@ pub(crate) fn munmap(addr: *mut u8, len: usize) {
 #[inline(always)]
 pub(crate) fn read(fd: i32, words: &mut [u64]) -> i64 {
     syscall6(SYS_READ, [fd as u64, words.as_mut_ptr() as u64, (words.len() * 8) as u64, 0, 0, 0])
+}
+
+/// The calling process' id (no libc: reached from the hooks).
+pub(crate) fn getpid() -> u32 {
+    syscall6(SYS_GETPID, [0; 6]) as u32
 }
 
 /// The calling thread's kernel id.

@@ -22,12 +22,16 @@ use rustix::process::{Pid, PidfdFlags, pidfd_open};
 
 use super::release::{Kept, release_recorded};
 use super::results::{Results, maps_segment, other_process_state, write};
-use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
+use super::trace::TraceSummary;
+use super::{
+    Measure, ProbeError, RUNTIME_FILE, Selection, TargetHooks, TraceRequest, patch_stopped, select,
+    start_session, unpatch_stopped,
+};
 use crate::inventory::Inventory;
 use crate::patch::{Arena, Refused};
 use crate::process::Process;
-use papirus_probe_abi::Probe;
 use papirus_probe_abi::layout::hdr;
+use papirus_probe_abi::{Probe, Report};
 use papirus_substrate::EventAttr;
 
 /// What to attach to and measure.
@@ -49,6 +53,10 @@ pub struct AttachOptions {
     pub runtime: PathBuf,
     /// Keep ended threads' figures per thread (bounded) instead of folding them.
     pub per_thread: bool,
+    /// Call-path tree nodes per thread (0: the default).
+    pub nodes: u64,
+    /// Trace every call, when set.
+    pub trace: Option<TraceRequest>,
 }
 
 /// Rounds of letting the target run while a thread is inside the runtime at detach.
@@ -76,6 +84,8 @@ pub struct AttachSummary {
     pub released: u64,
     /// Trampoline pages left mapped at detach, and why.
     pub kept: Kept,
+    /// The trace, when asked for.
+    pub trace: Option<TraceSummary>,
 }
 
 /// A request to end an attach before its duration ends: [`Stop::stop`] from
@@ -112,18 +122,24 @@ impl Stop {
 
 /// Sleeps until process `pid` ends, `stop` is set or `until` passes (the
 /// kernel wakes the tool: a pidfd for the end, `stop`'s eventfd). Without
-/// pidfds (kernels before 5.3) it looks every 20 ms instead.
-fn sleep_while_running(pid: i32, stop: &Stop, until: Option<Instant>) {
+/// pidfds (kernels before 5.3) it looks every 20 ms instead. With `drain`
+/// (a trace), it wakes every [`DRAIN_INTERVAL`](super::trace::DRAIN_INTERVAL)
+/// to call it.
+fn sleep_while_running(pid: i32, stop: &Stop, until: Option<Instant>, mut drain: Option<&mut dyn FnMut()>) {
     let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
     while !stop.is_set() && !gone(pid) {
         let left = until.map(|t| t.saturating_duration_since(Instant::now()));
         if left == Some(Duration::ZERO) {
             return;
         }
-        let left = match (left, &pidfd) {
-            (left, Some(_)) => left,
-            (Some(l), None) => Some(l.min(Duration::from_millis(20))),
+        let every = match (&drain, &pidfd) {
+            (Some(_), _) => Some(super::trace::DRAIN_INTERVAL),
+            (None, Some(_)) => None,
             (None, None) => Some(Duration::from_millis(20)),
+        };
+        let left = match (left, every) {
+            (Some(l), Some(e)) => Some(l.min(e)),
+            (l, e) => l.or(e),
         };
         let timeout = left.and_then(|l| Timespec::try_from(l).ok());
         let mut fds = vec![PollFd::new(&stop.wake, PollFlags::IN)];
@@ -132,6 +148,9 @@ fn sleep_while_running(pid: i32, stop: &Stop, until: Option<Instant>) {
         }
         // EINTR (a signal to this thread) only means: look again.
         let _ = poll(&mut fds, timeout.as_ref());
+        if let Some(d) = drain.as_mut() {
+            d();
+        }
     }
 }
 
@@ -141,6 +160,7 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     // The report converts ticks with it: calibrated while the target runs, not after.
     papirus_substrate::clock::set_up_in_background();
     super::check_counter_events(opts.probe, &opts.events)?;
+    super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait
@@ -157,7 +177,8 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
         _ => Inventory::of_process(pid)?,
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
-    let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
+    let (mut names, mut specs) =
+        select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     if TargetHooks::find(&p).is_err() {
         super::results::settle(&mut p)?;
         p.inject(&opts.runtime)?;
@@ -170,7 +191,14 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
             _ => hooks.catch,
         };
     }
-    let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
+    let m = Measure {
+        probe: opts.probe,
+        events: &opts.events,
+        per_thread: opts.per_thread,
+        nodes: opts.nodes,
+        trace: opts.trace.as_ref(),
+    };
+    let (results, mut tracing) = start_session(&mut p, &hooks, m, &mut names, &mut specs)?;
     let (installed, refused, arenas) = match patch_stopped(&mut p, &specs) {
         Ok(o) => (o.installed, o.refused, o.arenas),
         Err(e) => {
@@ -183,7 +211,12 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     p.detach()?;
     let stop_window = stopped.elapsed();
     super::print_summary(&installed, &refused);
-    sleep_while_running(pid, stop, opts.duration.map(|d| Instant::now() + d));
+    let seg = results.segment()?;
+    let until = opts.duration.map(|d| Instant::now() + d);
+    match tracing.as_mut() {
+        Some(t) => sleep_while_running(pid, stop, until, Some(&mut || t.drain(&seg))),
+        None => sleep_while_running(pid, stop, until, None),
+    }
     // Ended meanwhile, or running a new image (execve while detached): its
     // results are still in our mapping of the segment, and nothing of ours is
     // in a new image to restore.
@@ -204,15 +237,19 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     let mut p = match attached {
         Ok(p) => p,
         Err(how) => {
-            let report_time = report_ended(&results, opts, names, how)?;
+            let t0 = Instant::now();
+            let end = papirus_substrate::arch::rdtsc();
+            let report = report_ended(&results, opts, names, how)?;
+            let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
             return Ok(AttachSummary {
                 installed: count,
                 refused,
                 children: Vec::new(),
-                report_time,
+                report_time: t0.elapsed(),
                 stop_window,
                 released: 0,
                 kept: Kept::default(),
+                trace,
             });
         }
     };
@@ -239,6 +276,7 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     quiet(&mut p, &tramps, &results, 0)?;
     restore_returns(&mut p, &results, 0)?;
     let t0 = Instant::now();
+    let end = papirus_substrate::arch::rdtsc();
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
     });
@@ -252,7 +290,9 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     p.detach()?;
     ended?;
     let (kept, released) = kept?;
-    write(&opts.output, &report?)?;
+    let report = report?;
+    write(&opts.output, &report)?;
+    let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
         return Err(ProbeError::Setup {
@@ -268,24 +308,24 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
         stop_window,
         released,
         kept,
+        trace,
     })
 }
 
 /// Writes the report of a target whose measurement ended on its own side
-/// (exit, execve) while papirus was detached; returns how long that took.
+/// (exit, execve) while papirus was detached, and returns it.
 fn report_ended(
     results: &Results,
     opts: &AttachOptions,
     names: Vec<String>,
     how: &str,
-) -> Result<Duration, ProbeError> {
-    let t0 = Instant::now();
+) -> Result<Report, ProbeError> {
     let pid = opts.pid;
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 { how.to_string() } else { other_process_state(q) }
     })?;
     write(&opts.output, &report)?;
-    Ok(t0.elapsed())
+    Ok(report)
 }
 
 /// An executable file mapping: start, end, inode, device.
