@@ -33,10 +33,12 @@
 //!   asleep through the kernel's restart block (nanosleep, futex or poll with a
 //!   timeout) never runs a function that could sleep (another thread, or a
 //!   thread created for the call, runs it), so no sleep ends early with EINTR.
-//! - **papirus may die at any moment.** Remote code restores its thread by
-//!   itself through `rt_sigreturn` (`restoring`); after remote code every thread
-//!   is back in a plain interrupt stop, with no trap flag and no signal of ours
-//!   pending; `PTRACE_O_EXITKILL` is never set.
+//! - **papirus may die at any moment.** Nothing is ever single-stepped and no
+//!   trap or fault of ours ends remote code: it restores its thread by itself
+//!   (`restoring`), so a thread papirus leaves anywhere on the way finishes
+//!   the code and goes on as it was; after remote code every thread is back
+//!   in a plain interrupt stop with no signal of ours pending;
+//!   `PTRACE_O_EXITKILL` is never set.
 //! - **Signals are never lost.** A signal arriving while a thread is held is
 //!   kept and delivered when the thread resumes (or re-queued when the thread
 //!   no longer sits in its delivery stop).
@@ -157,11 +159,12 @@ pub struct Process {
     /// The ptrace options of every thread (OPTIONS, plus seccomp suspension
     /// when the target runs under a filter).
     options: Options,
-    syscall_insn: Option<u64>,
     /// Code ranges where a stopped thread may hold a lock remote calls need
     /// (loader, allocator, fork), computed at the first remote call.
     lock_code: Option<Vec<(u64, u64)>>,
-    /// The page of the self-restoring stub (`restoring`), once mapped.
+    /// The restore block in code slack (`restoring`), once written.
+    slack: Option<restoring::Slack>,
+    /// The stub region of remote functions (`restoring`), once mapped.
     stub: Option<u64>,
     timeout: Duration,
     /// ptrace requests must come from the thread that attached.
@@ -279,8 +282,8 @@ impl Process {
             child,
             worker: pid,
             options: OPTIONS,
-            syscall_insn: None,
             lock_code: None,
+            slack: None,
             stub: None,
             timeout: DEFAULT_TIMEOUT,
             _not_send: PhantomData,
@@ -622,6 +625,7 @@ impl Process {
     /// Detaches every thread, delivering held signals; empties the thread table.
     fn release(&mut self) -> Result<()> {
         self.drop_stub();
+        self.drop_slack();
         let mut first_err = None;
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
@@ -652,18 +656,32 @@ impl Process {
         }
     }
 
-    /// The process called execve: every address papirus knew (its stub page,
-    /// the syscall instruction, lock code) belongs to the old image, so forget
+    /// The process called execve: every address papirus knew (its stub region,
+    /// its restore block, lock code) belongs to the old image, so forget
     /// them; nothing is ever run or written there again.
     fn exec_error(&mut self, during: &'static str) -> Error {
         self.stub = None;
-        self.syscall_insn = None;
+        self.slack = None;
         self.lock_code = None;
         Error::Exec { pid: self.pid, during }
     }
 
     fn exited(&self, during: &'static str, status: Exit) -> Error {
         Error::TargetExited { pid: self.pid, status, during }
+    }
+}
+
+#[cfg(test)]
+impl Process {
+    /// Lets every thread go as papirus' death would: nothing put back,
+    /// nothing unmapped, no thread stopped again first.
+    fn vanish(mut self) {
+        self.slack = None;
+        self.stub = None;
+        for tid in self.threads.keys().copied().collect::<Vec<_>>() {
+            let _ = sys::ptrace(libc::PTRACE_DETACH, tid, 0, 0);
+        }
+        self.threads.clear();
     }
 }
 
@@ -677,7 +695,6 @@ fn req_name(req: libc::c_uint) -> &'static str {
     match req {
         libc::PTRACE_CONT => "PTRACE_CONT",
         libc::PTRACE_DETACH => "PTRACE_DETACH",
-        libc::PTRACE_SINGLESTEP => "PTRACE_SINGLESTEP",
         _ => "ptrace",
     }
 }

@@ -22,10 +22,10 @@ const NT_X86_XSTATE: libc::c_int = 0x202;
 /// The largest XSAVE area we accept (AMX-capable CPUs need about 11 KiB).
 const XSTATE_MAX: usize = 16 * 1024;
 
-/// One raw ptrace request; `data` carries a signal number for CONT, DETACH, SINGLESTEP.
+/// One raw ptrace request; `data` carries a signal number for CONT, DETACH, SYSCALL.
 pub(super) fn ptrace(req: libc::c_uint, tid: i32, addr: u64, data: u64) -> Result<libc::c_long, Errno> {
     Errno::clear();
-    // SAFETY: the requests used through this helper (CONT, DETACH, SINGLESTEP,
+    // SAFETY: the requests used through this helper (CONT, DETACH, SYSCALL,
     // INTERRUPT) take no pointers; addr and data are plain integers.
     let r = unsafe { libc::ptrace(req, tid, addr as *mut libc::c_void, data as *mut libc::c_void) };
     if r == -1 { Err(Errno::last()) } else { Ok(r) }
