@@ -107,13 +107,15 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         };
     }
     let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
-    let (installed, refused, arenas) = match patch_stopped(&mut p, &specs) {
-        Ok(o) => (o.installed, o.refused, o.arenas),
-        Err(e) => {
-            let _ = p.call(hooks.teardown, &[]);
-            return Err(e);
+    let (outcome, patched) = patch_stopped(&mut p, &specs);
+    let (installed, refused, arenas) = (outcome.installed, outcome.refused, outcome.arenas);
+    if let Err(e) = patched {
+        // What was patched may have run meanwhile: undone as at detach.
+        if let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks) {
+            eprintln!("papirus-probe: pid {pid}: restoring after the failure: {undo}");
         }
-    };
+        return Err(e);
+    }
     let count = installed.len();
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;
@@ -262,7 +264,8 @@ fn children(results: &Results, pid: i32) -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// Restores a child forked during the window: its code, its hijacked
+/// Restores a stopped process of the session (a child forked during the
+/// window, or the target after a failed patch): its code, its hijacked
 /// returns, its session ended and its copy of the arenas unmapped (pages a
 /// frame may return into excepted); then lets it go.
 fn restore(
@@ -281,7 +284,7 @@ fn restore(
     let (kept, _) = release_recorded(c, arenas)?;
     if !kept.ranges.is_empty() {
         eprintln!(
-            "papirus-probe: child {}: {} bytes of trampolines stay: {}",
+            "papirus-probe: pid {}: {} bytes of trampolines stay: {}",
             c.pid(),
             kept.bytes(),
             kept.reason

@@ -120,7 +120,9 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     let (names, specs) =
         select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
     let results = Results::start(p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
-    let outcome = patch_stopped(p, &specs)?;
+    // A failure kills the program (see `run`): its patches need no restoring.
+    let (outcome, patched) = patch_stopped(p, &specs);
+    patched?;
     let (installed, refused) = (outcome.installed, outcome.refused);
     super::print_summary(&installed, &refused);
     Ok((names, results, installed.len(), refused))
