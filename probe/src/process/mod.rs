@@ -147,6 +147,10 @@ const OPTIONS: Options = Options::PTRACE_O_TRACECLONE
 
 /// Default bound on every wait for a stop.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a wait for some threads looks at the others ([`Process::sweep`]).
+const SWEEP_EVERY: Duration = Duration::from_millis(1);
+/// How long a PTRACE_SEIZE may wait before papirus looks at the held threads.
+const SEIZE_PATIENCE: Duration = Duration::from_millis(20);
 
 /// A process whose threads are all stopped under our control. Dropping it detaches.
 #[derive(Debug)]
@@ -226,12 +230,8 @@ impl Process {
         // another thread, the leader exits and that thread takes its pid. Give
         // it the same moment as `precheck` does.
         let mut seized = ptrace::seize(Pid::from_raw(pid), options);
-        for _ in 0..EXEC_SETTLE_ROUNDS {
-            let exiting = read_proc(pid, "stat")
-                .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])));
-            if seized != Err(Errno::EPERM) || !exiting {
-                break;
-            }
+        let since = Instant::now();
+        while seized == Err(Errno::EPERM) && exec_settling(pid, since) {
             std::thread::sleep(Duration::from_millis(5));
             seized = ptrace::seize(Pid::from_raw(pid), options);
         }
@@ -295,9 +295,12 @@ impl Process {
         self.pid
     }
 
-    /// Thread ids of every stopped thread, the leader first when it is alive.
+    /// Thread ids of every stopped thread, the leader first when it is alive
+    /// (threads on their way out, which never run user code again, are not
+    /// among them).
     pub fn threads(&self) -> Vec<i32> {
-        let mut v: Vec<i32> = self.threads.keys().copied().collect();
+        let mut v: Vec<i32> =
+            self.threads.iter().filter(|(_, t)| t.exit.is_none()).map(|(&k, _)| k).collect();
         v.sort_by_key(|&t| (t != self.pid, t));
         v
     }
@@ -475,7 +478,7 @@ impl Process {
     }
 
     fn stop_all(&mut self) -> Result<()> {
-        let tids: BTreeSet<i32> = self.threads.keys().copied().collect();
+        let tids: BTreeSet<i32> = self.threads().into_iter().collect();
         for &tid in &tids {
             self.interrupt(tid)?;
         }
@@ -516,9 +519,17 @@ impl Process {
     /// so, as does the end of the process) is let go from its exit stop at
     /// once, since the execve or the exit waits for it, and is then waited for
     /// until it is gone or (the leader) reports the execve.
+    ///
+    /// Every millisecond of waiting, the threads already held are looked at
+    /// too ([`Process::sweep`]): one that an execve killed stays a zombie
+    /// until papirus reaps it, and the execve (and so the thread it is in,
+    /// which never stops meanwhile) waits for that; the leader then reports
+    /// the execve, which ends the wait as [`Error::Exec`] at once instead of
+    /// a timeout.
     fn wait_stopped(&mut self, mut tids: BTreeSet<i32>, what: &'static str) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         let mut pause = Duration::from_micros(5);
+        let mut swept = Instant::now();
         while let Some(&first) = tids.first() {
             let mut reported = Vec::new();
             for &tid in &tids {
@@ -531,6 +542,10 @@ impl Process {
                 }
             }
             if reported.is_empty() {
+                if swept.elapsed() >= SWEEP_EVERY {
+                    self.sweep(&mut tids, what)?;
+                    swept = Instant::now();
+                }
                 if Instant::now() >= deadline {
                     return Err(Error::Timeout {
                         what,
@@ -547,6 +562,23 @@ impl Process {
                 tids.remove(&tid);
                 self.on_stop(tid, event, &mut tids, what)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Polls the held threads not in `waiting` for what they may still
+    /// report while stopped: their death (reaped here, which an execve in
+    /// progress waits for) and, for the leader, a completed execve
+    /// ([`Error::Exec`]). Anything they report joins `waiting`'s handling.
+    fn sweep(&mut self, waiting: &mut BTreeSet<i32>, what: &'static str) -> Result<()> {
+        let held: Vec<i32> = self.threads.keys().copied().filter(|t| !waiting.contains(t)).collect();
+        for tid in held {
+            let event = match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+                Ok(Some(status)) => wait::classify(tid, status),
+                Err(Errno::ECHILD) => Event::Gone(Exit::Unknown),
+                Ok(None) | Err(_) => continue,
+            };
+            self.on_stop(tid, event, waiting, what)?;
         }
         Ok(())
     }
@@ -575,13 +607,18 @@ impl Process {
                 self.cont_and_interrupt(tid)?;
                 tids.insert(tid);
             }
-            Event::Exiting(Exit::Signal(libc::SIGKILL)) => {
-                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
-                if sys::ptrace(libc::PTRACE_CONT, tid, 0, 0).is_ok() {
+            // Let it go on: an execve or the end of the process waits for
+            // every other thread to be gone (an execve reports them as
+            // exiting with code 0), and holding one here would stall it. A
+            // thread is waited for until it is gone; the leader's end comes
+            // with the process' (or, in an execve, never: it reappears with
+            // the execve), which the wait notices by its sweep.
+            Event::Exiting(status) => {
+                self.thread(tid).exit = Some(status);
+                if sys::ptrace(libc::PTRACE_CONT, tid, 0, 0).is_ok() && tid != self.pid {
                     tids.insert(tid);
                 }
             }
-            Event::Exiting(status) => self.thread(tid).exit = Some(status),
             Event::Exec => return Err(self.exec_error(what)),
             Event::Gone(status) => {
                 self.threads.remove(&tid);
@@ -598,22 +635,43 @@ impl Process {
     }
 
     /// Seizes and interrupts every thread in /proc/PID/task not yet ours; returns them.
+    ///
+    /// PTRACE_SEIZE waits for the lock an execve holds from its start to its
+    /// end, and the execve waits for papirus to let go of the threads it
+    /// kills (their exit stops, their zombies): a seize that waited then
+    /// would wait for ever. So a thread papirus already traces
+    /// (auto-attached through a clone event not read yet) is taken without
+    /// a seize, and a seize that waits is cut short
+    /// ([`sys::seize_bounded`]): papirus then lets the held threads go on
+    /// dying, which ends with [`Error::Exec`] once the execve is through.
     fn seize_new_tasks(&mut self) -> Result<BTreeSet<i32>> {
         let mut fresh = BTreeSet::new();
+        let me = std::process::id().to_string();
+        let deadline = Instant::now() + self.timeout;
         for tid in task_ids(self.pid)? {
             if self.threads.contains_key(&tid) {
                 continue;
             }
-            match ptrace::seize(Pid::from_raw(tid), self.options) {
-                Ok(()) => {}
-                // Exited between the listing and the seize.
-                Err(Errno::ESRCH) => continue,
-                // Auto-attached through a clone event we have not read yet, or a zombie thread.
-                Err(Errno::EPERM) => match status_field(tid, "TracerPid") {
-                    Some(t) if t == std::process::id().to_string() => {}
-                    _ => continue,
-                },
-                Err(errno) => return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid, errno }),
+            if status_field(tid, "TracerPid").is_none_or(|t| t != me) {
+                let seized = loop {
+                    match sys::seize_bounded(tid, self.options.bits(), SEIZE_PATIENCE) {
+                        Err(Errno::EINTR) if Instant::now() < deadline => {
+                            self.sweep(&mut BTreeSet::new(), "a stop of every thread")?
+                        }
+                        r => break r,
+                    }
+                };
+                match seized {
+                    Ok(()) => {}
+                    // Exited between the listing and the seize.
+                    Err(Errno::ESRCH) => continue,
+                    // Auto-attached meanwhile, or a zombie thread.
+                    Err(Errno::EPERM) => match status_field(tid, "TracerPid") {
+                        Some(t) if t == me => {}
+                        _ => continue,
+                    },
+                    Err(errno) => return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid, errno }),
+                }
             }
             self.threads.insert(tid, Thread::default());
             self.interrupt(tid)?;
@@ -638,9 +696,23 @@ impl Process {
     }
 
     /// Forgets a thread that vanished, reaping it if it left a traced zombie.
+    /// A thread that is not in a stop although papirus held it was woken by
+    /// a SIGKILL (the process' end, or another thread's execve): it stays
+    /// known as exiting until it reports its end, since whatever killed it
+    /// waits for papirus to let it go.
     fn reap(&mut self, tid: i32) {
-        let _ = sys::waitpid(tid, libc::__WALL | libc::WNOHANG);
-        self.threads.remove(&tid);
+        match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+            Ok(None) if task_alive(self.pid, tid) || status_field(tid, "State").is_some() => {
+                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
+            }
+            Ok(Some(status)) if matches!(wait::classify(tid, status), Event::Exiting(_)) => {
+                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
+                let _ = sys::ptrace(libc::PTRACE_CONT, tid, 0, 0);
+            }
+            _ => {
+                self.threads.remove(&tid);
+            }
+        }
     }
 
     /// Checks that `tid` is one of our stopped threads and can run code.
@@ -740,10 +812,30 @@ fn task_alive(pid: i32, tid: i32) -> bool {
 /// The kernel's PF_KTHREAD flag in /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// Refuses pids that cannot be traced before touching them.
-/// Rounds of 5 ms a zombie leader is given to turn out to be in execve.
-const EXEC_SETTLE_ROUNDS: usize = 20;
+/// How long a zombie leader is given to turn out to be in an execve
+/// another thread makes, and the longest that execve is waited for.
+const EXEC_SETTLE: Duration = Duration::from_millis(100);
 
+/// Whether process `pid`'s leader is a zombie that may still come back from
+/// an execve of another thread: for [`EXEC_SETTLE`] after `since`, and while
+/// some thread of it is inside execve (up to [`DEFAULT_TIMEOUT`]: papirus
+/// does not hold it, so nothing of ours keeps it waiting).
+fn exec_settling(pid: i32, since: Instant) -> bool {
+    let zombie = read_proc(pid, "stat")
+        .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with(['Z', 'X'])));
+    let waited = since.elapsed();
+    zombie && (waited < EXEC_SETTLE || (waited < DEFAULT_TIMEOUT && in_execve(pid)))
+}
+
+/// Whether some thread of `pid` is inside execve or execveat.
+fn in_execve(pid: i32) -> bool {
+    task_ids(pid).unwrap_or_default().into_iter().any(|tid| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+            .is_ok_and(|s| s.starts_with("59 ") || s.starts_with("322 "))
+    })
+}
+
+/// Refuses pids that cannot be traced before touching them.
 fn precheck(pid: i32) -> Result<()> {
     if pid <= 0 {
         return Err(Error::NoSuchProcess { pid });
@@ -753,14 +845,11 @@ fn precheck(pid: i32) -> Result<()> {
     }
     // A leader in execve passes through the zombie state for a moment: a
     // real zombie stays one.
-    let mut stat = read_proc(pid, "stat")?;
-    for _ in 0..EXEC_SETTLE_ROUNDS {
-        if !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])) {
-            break;
-        }
+    let since = Instant::now();
+    while exec_settling(pid, since) {
         std::thread::sleep(Duration::from_millis(5));
-        stat = read_proc(pid, "stat")?;
     }
+    let stat = read_proc(pid, "stat")?;
     // "pid (comm) S ppid ...": comm may contain spaces and parentheses.
     let (head, rest) = stat.rsplit_once(")").ok_or(Error::NoSuchProcess { pid })?;
     let name = head.split_once('(').map_or("", |(_, n)| n).to_string();

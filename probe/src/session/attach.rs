@@ -110,8 +110,11 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let (outcome, patched) = patch_stopped(&mut p, &specs);
     let (installed, refused, arenas) = (outcome.installed, outcome.refused, outcome.arenas);
     if let Err(e) = patched {
-        // What was patched may have run meanwhile: undone as at detach.
-        if let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks) {
+        // What was patched may have run meanwhile: undone as at detach (an
+        // image that exec'd or ended has nothing of ours left to undo).
+        let gone =
+            matches!(e, ProbeError::Process(crate::Error::Exec { .. } | crate::Error::TargetExited { .. }));
+        if !gone && let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks) {
             eprintln!("papirus-probe: pid {pid}: restoring after the failure: {undo}");
         }
         return Err(e);

@@ -114,20 +114,15 @@ fn attach_and_detach_every_mode_repeatedly() {
             let out = attach_cmd(s.pid(), &report, Some("0.02")).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!err.contains("panicked"), "{mode} round {round}: {err}");
-            // An exec while attached is reported and leaves the new image alone.
-            let exec_seen = mode == "exec" && err.contains("called execve");
-            // An attach that an execve overtook may also end in an error (the
-            // threads it held were replaced): the target must come out whole,
-            // which the verdict below checks.
-            let overtaken = mode == "exec" && !out.status.success() && image_of(s.pid()) != image;
-            raced += usize::from(overtaken);
-            assert!(
-                out.status.success() || exec_seen || overtaken,
-                "{mode} round {round}: papirus-probe failed:\n{err}"
-            );
+            // An exec while attached is noticed and said (whatever phase it
+            // overtook: no timeout, no other error) and leaves the new image
+            // alone; the verdict below checks the target came out whole.
+            let exec_seen = mode == "exec" && err.contains("called execve") && image_of(s.pid()) != image;
+            raced += usize::from(exec_seen && !out.status.success());
+            assert!(out.status.success() || exec_seen, "{mode} round {round}: papirus-probe failed:\n{err}");
         }
         if raced > 0 {
-            println!("{mode}: {raced} of {n} attaches overtaken by an execve ended in an error");
+            println!("{mode}: {raced} of {n} attaches overtaken by an execve stopped, saying so");
         }
         let (verdict, status) = s.finish();
         assert_all_ok(&[mode], &verdict, status, &format!("{mode} after {n} attaches"));
