@@ -131,6 +131,13 @@ pub mod slot {
     pub const COUNTERS_ERRNO: usize = 13;
     /// For a [`KEPT`] slot, the order its thread ended in (1, 2, …).
     pub const ENDED: usize = 14;
+    /// 1 while a hook of this thread runs code outside the runtime (the
+    /// counters reader opening its group or reading it with `read(2)`, in
+    /// libc) and will write the slot again when that returns: its PC may
+    /// lie in libc meanwhile. Written by the owner (Relaxed; the tool reads
+    /// it with the thread stopped); the tool ends a session only while it is
+    /// 0 in every live slot, as it waits for [`super::proc::COLD`].
+    pub const OUTSIDE: usize = 15;
     /// First word of the runtime's private words (addresses in the target
     /// that only the runtime uses; the tool never reads them).
     pub const PRIVATE: usize = 16;

@@ -160,7 +160,8 @@ pub(crate) struct Thread {
     pub counters_errno: AtomicU64,
     /// Order in which a kept thread ended.
     ended: AtomicU64,
-    _public: AtomicU64,
+    /// A hook of this thread is in a call out of the runtime ([`slot::OUTSIDE`]).
+    pub outside: AtomicU64,
     // Private words: the runtime's own, in bytes from the slot or addresses in this process.
     nfuncs: AtomicU64,
     edge_mask: AtomicU64,
@@ -188,6 +189,7 @@ const _: () = {
     assert!(core::mem::offset_of!(Thread, nevents) == slot::NEVENTS * 8);
     assert!(core::mem::offset_of!(Thread, counters_errno) == slot::COUNTERS_ERRNO * 8);
     assert!(core::mem::offset_of!(Thread, ended) == slot::ENDED * 8);
+    assert!(core::mem::offset_of!(Thread, outside) == slot::OUTSIDE * 8);
     assert!(core::mem::offset_of!(Thread, nfuncs) == slot::PRIVATE * 8);
     assert!(size_of::<Stats>() == layout::STAT_WORDS as usize * 8);
     assert!(core::mem::offset_of!(Stats, calls) == stat::CALLS * 8);
@@ -483,6 +485,7 @@ impl Thread {
         self.edge_overflow.set(0);
         self.counters_errno.set(0);
         self.ended.set(0);
+        self.outside.set(0);
         self.nfuncs.set(funcs);
         self.edge_mask.set(edges - 1);
         self.stats_at.set(stats * 8);
