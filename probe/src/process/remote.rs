@@ -154,8 +154,45 @@ impl Process {
     /// operands reach both ways. Tries the free gaps nearest to `code` with
     /// MAP_FIXED_NOREPLACE, moving on when one is taken meanwhile.
     pub fn mmap_near(&mut self, code: Range<u64>, len: u64, prot: ProtFlags) -> Result<u64> {
+        self.map_near(code, len, prot, MapFlags::MAP_ANONYMOUS, -1)
+    }
+
+    /// [`Process::mmap_near`] of a fresh memfd named `name`: private memory
+    /// like an anonymous mapping's, which `/proc/PID/maps` shows as
+    /// `/memfd:NAME (deleted)`, so a later look at the process knows it.
+    pub fn mmap_named_near(
+        &mut self,
+        code: Range<u64>,
+        len: u64,
+        prot: ProtFlags,
+        name: &str,
+    ) -> Result<u64> {
         let len = len.div_ceil(page()) * page();
-        let flags = MapFlags::MAP_PRIVATE | MapFlags::MAP_ANONYMOUS | MapFlags::MAP_FIXED_NOREPLACE;
+        let at = self.remote_string(name.as_bytes())?;
+        let fd =
+            self.checked_syscall("memfd_create", libc::SYS_memfd_create, &[at, libc::MFD_CLOEXEC as u64]);
+        let unmapped = self.munmap(at, 4096);
+        let fd = fd? as i32;
+        unmapped?;
+        let mapped = self
+            .checked_syscall("ftruncate", libc::SYS_ftruncate, &[fd as u64, len])
+            .and_then(|_| self.map_near(code, len, prot, MapFlags::empty(), fd));
+        let closed = self.checked_syscall("close", libc::SYS_close, &[fd as u64]);
+        let a = mapped?;
+        closed?;
+        Ok(a)
+    }
+
+    fn map_near(
+        &mut self,
+        code: Range<u64>,
+        len: u64,
+        prot: ProtFlags,
+        kind: MapFlags,
+        fd: i32,
+    ) -> Result<u64> {
+        let len = len.div_ceil(page()) * page();
+        let flags = MapFlags::MAP_PRIVATE | kind | MapFlags::MAP_FIXED_NOREPLACE;
         let mut tried = 0;
         while tried < MAX_TRIES {
             let mappings = maps::read(self.pid)
@@ -163,7 +200,7 @@ impl Process {
             let candidates = near_candidates(&mappings, &code, len);
             let Some(&first) = candidates.first() else { break };
             tried += 1;
-            match self.mmap(first, len, prot, flags, -1, 0) {
+            match self.mmap(first, len, prot, flags, fd, 0) {
                 Ok(got) if got == first => return Ok(got),
                 // A kernel without MAP_FIXED_NOREPLACE takes it as a hint: refuse a far answer.
                 Ok(got) => {

@@ -1,22 +1,24 @@
 //! `papirus-probe attach`: choose the functions, load the runtime into a
-//! running process, start a session, patch, let it run; then restore the
-//! original code, put back every return address the runtime hijacked, write
-//! the report from the results segment, end the session and detach.
+//! running process (or take a reference to the one it has), start a
+//! session, patch, let it run; then restore the original code, put back
+//! every return address the runtime hijacked, write the report from the
+//! results segment, end the session, give the runtime back and detach.
 //!
-//! What stays in the target after detach: the runtime library (inert: no
-//! hooks reachable, no constructor, no atexit handler, no thread-exit work
-//! once the session ended). The results segment is unmapped, and so are the
-//! trampoline arenas, once no thread will resume in one and no word of a
-//! thread's stack points into one ([`super::release`]); pages such a word
-//! points into stay, and the summary says how many bytes and why; they are
-//! recorded in the runtime so the next detach checks them again. Children the target forked during the window are
-//! held, restored the same way and released before the target itself.
+//! What stays in the target after detach: nothing of papirus but trampoline
+//! pages a word of a thread's stack points into ([`super::release`]: a
+//! frame may still return there), which the summary counts and explains
+//! and the next detach looks at again. The results segment is unmapped, the
+//! other trampoline pages too, and papirus' reference to the runtime
+//! library is given back once no thread can be inside it, so the loader
+//! unloads it (the summary says why when it stays: a preload, another
+//! reference). Children the target forked during the window are held,
+//! restored the same way and released before the target itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::release::{Kept, release_recorded};
+use super::release::{Kept, release_recorded, runtime_mapping, unload_runtime};
 use super::results::{Results, maps_segment, other_process_state, write};
 use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
 use crate::inventory::Inventory;
@@ -71,6 +73,8 @@ pub struct AttachSummary {
     pub released: u64,
     /// Trampoline pages left mapped at detach, and why.
     pub kept: Kept,
+    /// Why the runtime library stays loaded in the target (`None`: unloaded).
+    pub runtime_stays: Option<String>,
 }
 
 /// Instruments process `pid` until the duration ends or `stop` is set, then
@@ -94,11 +98,26 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
     let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
-    if TargetHooks::find(&p).is_err() {
-        super::results::settle(&mut p)?;
-        p.inject(&opts.runtime)?;
-    }
-    let hooks = TargetHooks::find(&p)?;
+    // A reference of papirus' own to the runtime, given back at detach.
+    let library = match runtime_mapping(pid) {
+        Some(m) => p.reference(&m)?,
+        None => {
+            super::results::settle(&mut p)?;
+            p.inject(&opts.runtime)?
+        }
+    };
+    let started = TargetHooks::find(&p).and_then(|hooks| {
+        let r = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
+        Ok((hooks, r))
+    });
+    let (hooks, results) = match started {
+        Ok(v) => v,
+        Err(e) => {
+            // No session: nothing of it can be running.
+            let _ = p.unload(&library);
+            return Err(e);
+        }
+    };
     for s in &mut specs {
         s.hook = match s.hook {
             1 => hooks.enter,
@@ -106,7 +125,6 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             _ => hooks.catch,
         };
     }
-    let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
     let (outcome, patched) = patch_stopped(&mut p, &specs);
     let (installed, refused, arenas) = (outcome.installed, outcome.refused, outcome.arenas);
     if let Err(e) = patched {
@@ -114,7 +132,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         // image that exec'd or ended has nothing of ours left to undo).
         let gone =
             matches!(e, ProbeError::Process(crate::Error::Exec { .. } | crate::Error::TargetExited { .. }));
-        if !gone && let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks) {
+        if !gone && let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks, &library) {
             eprintln!("papirus-probe: pid {pid}: restoring after the failure: {undo}");
         }
         return Err(e);
@@ -157,6 +175,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
                 stop_window,
                 released: 0,
                 kept: Kept::default(),
+                runtime_stays: None,
             });
         }
     };
@@ -171,7 +190,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut restored = Vec::new();
     let mut failures = Vec::new();
     for (record, child, mut c) in kids {
-        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks) {
+        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks, &library) {
             Ok(()) => restored.push(child),
             // A child that exits meanwhile takes its patched code with it.
             Err(_) if gone(child as i32) => {}
@@ -193,9 +212,14 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     // Every patch is restored and every hijacked return put back: the
     // arenas go, and what an earlier detach left where nothing returns now.
     let kept = release_recorded(&mut p, &arenas);
+    let runtime = match &ended {
+        Ok(_) => unload_runtime(&mut p, &library),
+        Err(_) => Ok(Some("its session could not be ended".to_string())),
+    };
     p.detach()?;
     ended?;
     let (kept, released) = kept?;
+    let runtime_stays = runtime?;
     write(&opts.output, &report?)?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
@@ -212,6 +236,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         stop_window,
         released,
         kept,
+        runtime_stays,
     })
 }
 
@@ -278,6 +303,7 @@ fn restore(
     results: &Results,
     record: u32,
     hooks: &TargetHooks,
+    library: &crate::process::Library,
 ) -> Result<(), ProbeError> {
     let tramps = trampolines(&installed);
     unpatch_stopped(c, installed)?;
@@ -285,6 +311,9 @@ fn restore(
     restore_returns(c, results, record)?;
     c.call_held(hooks.teardown, &[])?;
     let (kept, _) = release_recorded(c, arenas)?;
+    if let Some(why) = unload_runtime(c, library)? {
+        eprintln!("papirus-probe: pid {}: the probe runtime stays loaded: {why}", c.pid());
+    }
     if !kept.ranges.is_empty() {
         eprintln!(
             "papirus-probe: pid {}: {} bytes of trampolines stay: {}",

@@ -4,11 +4,14 @@
 use nix::sys::mman::ProtFlags;
 
 use super::ProbeError;
+use crate::patch::arena::ARENA_NAME;
 use crate::patch::{AddressSpace, FunctionSpec, Installed, Outcome, PatchError, Patcher, Refusal, Refused};
 use crate::process::Process;
 
 /// The target's memory as seen by the patcher: reads and code writes through
-/// the ptrace helper (`/proc/PID/mem`), arenas by a remote `mmap` near the code.
+/// the ptrace helper (`/proc/PID/mem`), arenas by a remote `mmap` near the
+/// code of a memfd named [`ARENA_NAME`] (a later detach finds pages an
+/// earlier one left by that name).
 #[derive(Debug)]
 pub struct RemoteSpace<'a> {
     process: &'a mut Process,
@@ -36,7 +39,7 @@ impl AddressSpace for RemoteSpace<'_> {
 
     fn map_code_near(&mut self, near: u64, len: u64) -> Result<u64, PatchError> {
         self.process
-            .mmap_near(near..near + 1, len, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC)
+            .mmap_named_near(near..near + 1, len, ProtFlags::PROT_READ | ProtFlags::PROT_EXEC, ARENA_NAME)
             .map_err(target_err)
     }
 }
