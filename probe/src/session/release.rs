@@ -224,30 +224,23 @@ fn live_pages(p: &Process, arenas: &[Arena]) -> Result<Result<BTreeSet<u64>, Dou
 /// Rounds of letting the target run before the runtime is given back.
 const UNLOAD_ROUNDS: usize = 50;
 
-/// The runtime's file mappings in process `pid`: (start, end) of each, and
-/// the file's (device, inode).
-fn runtime_mappings(pid: i32) -> Result<(Vec<(u64, u64, bool)>, Option<((u32, u32), u64)>), ProbeError> {
+/// The runtime library's file mappings in process `pid`.
+fn runtime_maps(pid: i32) -> Result<Vec<crate::maps::Mapping>, ProbeError> {
     let module = super::RUNTIME_FILE.trim_end_matches(".so");
     let maps = crate::maps::read(pid).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{pid}/maps").into(),
         source,
     })?;
-    let ours: Vec<&crate::maps::Mapping> = maps
-        .iter()
+    Ok(maps
+        .into_iter()
         .filter(|m| m.inode != 0 && m.name.rsplit('/').next().is_some_and(|b| b.starts_with(module)))
-        .collect();
-    let file = ours.first().map(|m| (m.dev, m.inode));
-    Ok((ours.iter().map(|m| (m.start, m.end, m.perms.exec)).collect(), file))
+        .collect())
 }
 
 /// The target's mapping of the runtime library (its first), if it has one loaded.
 pub(super) fn runtime_mapping(pid: i32) -> Option<crate::maps::Mapping> {
-    let module = super::RUNTIME_FILE.trim_end_matches(".so");
-    crate::maps::read(pid)
-        .ok()?
-        .into_iter()
-        .find(|m| m.inode != 0 && m.name.rsplit('/').next().is_some_and(|b| b.starts_with(module)))
+    runtime_maps(pid).ok()?.into_iter().next()
 }
 
 /// Gives back papirus' reference to the runtime library once the session
@@ -274,8 +267,8 @@ pub(super) fn unload_runtime(
     let mut clear = false;
     for _ in 0..UNLOAD_ROUNDS {
         p.run_for(Duration::from_millis(1))?;
-        let (code, _) = runtime_mappings(p.pid())?;
-        let code: Vec<(u64, u64)> = code.into_iter().filter(|m| m.2).map(|m| (m.0, m.1)).collect();
+        let code: Vec<(u64, u64)> =
+            runtime_maps(p.pid())?.iter().filter(|m| m.perms.exec).map(|m| (m.start, m.end)).collect();
         let mut busy = false;
         for tid in p.threads() {
             let r = p.regs(tid)?;
@@ -296,10 +289,11 @@ pub(super) fn unload_runtime(
             "a thread kept running inside it or did not move past the point it was stopped at".into(),
         ));
     }
-    let (_, file) = runtime_mappings(p.pid())?;
+    let file = |maps: Vec<crate::maps::Mapping>| maps.first().map(|m| (m.dev, m.inode));
+    let before = file(runtime_maps(p.pid())?);
     p.unload(library)?;
-    let (left, now) = runtime_mappings(p.pid())?;
-    Ok((!left.is_empty() && now == file).then(|| {
+    let after = file(runtime_maps(p.pid())?);
+    Ok((after.is_some() && after == before).then(|| {
         "the loader keeps it (another reference: a preload, or a library that depends on it)".to_string()
     }))
 }
