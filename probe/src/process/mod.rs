@@ -407,7 +407,7 @@ impl Process {
                     Event::Gone(status) => {
                         self.threads.remove(&tid);
                         if tid == self.pid {
-                            return Err(self.exited("a run of the whole process", status));
+                            return Err(self.leader_gone(status, "a run of the whole process"));
                         }
                         continue;
                     }
@@ -623,11 +623,22 @@ impl Process {
             Event::Gone(status) => {
                 self.threads.remove(&tid);
                 if tid == self.pid {
-                    return Err(Error::TargetExited { pid: self.pid, status, during: what });
+                    return Err(self.leader_gone(status, what));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The error for a leader papirus can no longer wait for: the process
+    /// ended, or (the pid still running, now untraced) a thread papirus did
+    /// not hold yet replaced its image with execve.
+    fn leader_gone(&mut self, status: Exit, what: &'static str) -> Error {
+        if status == Exit::Unknown && task_alive(self.pid, self.pid) {
+            self.exec_error(what)
+        } else {
+            Error::TargetExited { pid: self.pid, status, during: what }
+        }
     }
 
     fn thread(&mut self, tid: i32) -> &mut Thread {
