@@ -137,6 +137,11 @@ fn count_list(s: &str) -> usize {
         .sum()
 }
 
+/// The online CPUs (`/sys/devices/system/cpu/online`); empty when unreadable.
+pub fn online_cpus() -> Vec<usize> {
+    read_trim(Path::new("/sys/devices/system/cpu/online")).map(|s| expand_list(&s)).unwrap_or_default()
+}
+
 /// The CPU numbers of a sysfs list.
 fn expand_list(s: &str) -> Vec<usize> {
     let mut out = Vec::new();

@@ -16,7 +16,7 @@ use nix::sys::mman::{MapFlags, ProtFlags};
 
 use super::{Process, Regs};
 use crate::error::{Error, Result};
-use crate::maps;
+use papirus_substrate::maps;
 
 /// Reach of a rel32 jump, less Frida's 16 KiB safety margin.
 const REACH: u64 = (1 << 31) - 16 * 1024;

@@ -60,7 +60,7 @@ use nix::errno::Errno;
 use super::wait::{self, Event};
 use super::{Process, Regs, sys};
 use crate::error::{Error, Result};
-use crate::maps::{self, Mapping};
+use papirus_substrate::maps::{self, Mapping};
 
 /// rflags bits: trap (single-step) and direction.
 const TF: u64 = 1 << 8;
@@ -215,7 +215,9 @@ impl Process {
 
     /// `len` bytes at `addr` as the file mapped at `m` holds them (zeros past its end).
     fn file_bytes(&self, m: &Mapping, addr: u64, len: usize) -> Result<Vec<u8>> {
-        let file = crate::input::read_module(self.pid, m, crate::input::MODULE_LIMIT)?.unwrap_or_default();
+        let file =
+            papirus_substrate::input::read_module(self.pid, m, papirus_substrate::input::MODULE_LIMIT)?
+                .unwrap_or_default();
         let off = (m.offset + (addr - m.start)) as usize;
         let mut out = vec![0; len];
         if let Some(b) = file.get(off..) {

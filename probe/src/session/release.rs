@@ -82,7 +82,7 @@ pub(super) fn release_recorded(p: &mut Process, arenas: &[Arena]) -> Result<(Kep
 /// Trampoline pages an earlier detach left mapped: the private,
 /// executable, read-only mappings of papirus' arena memfd.
 fn left_earlier(p: &Process) -> Result<Vec<Arena>, ProbeError> {
-    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+    let maps = papirus_substrate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{}/maps", p.pid()).into(),
         source,
@@ -165,7 +165,7 @@ type Doubt = &'static str;
 /// told now (a thread inside a signal handler, whose interrupted frames may
 /// lie on another stack; a stack not read whole).
 fn live_pages(p: &Process, arenas: &[Arena]) -> Result<Result<BTreeSet<u64>, Doubt>, ProbeError> {
-    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+    let maps = papirus_substrate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{}/maps", p.pid()).into(),
         source,
@@ -225,9 +225,9 @@ fn live_pages(p: &Process, arenas: &[Arena]) -> Result<Result<BTreeSet<u64>, Dou
 const UNLOAD_ROUNDS: usize = 50;
 
 /// The runtime library's file mappings in process `pid`.
-fn runtime_maps(pid: i32) -> Result<Vec<crate::maps::Mapping>, ProbeError> {
+fn runtime_maps(pid: i32) -> Result<Vec<papirus_substrate::maps::Mapping>, ProbeError> {
     let module = super::RUNTIME_FILE.trim_end_matches(".so");
-    let maps = crate::maps::read(pid).map_err(|source| ProbeError::Io {
+    let maps = papirus_substrate::maps::read(pid).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{pid}/maps").into(),
         source,
@@ -239,7 +239,7 @@ fn runtime_maps(pid: i32) -> Result<Vec<crate::maps::Mapping>, ProbeError> {
 }
 
 /// The target's mapping of the runtime library (its first), if it has one loaded.
-pub(super) fn runtime_mapping(pid: i32) -> Option<crate::maps::Mapping> {
+pub(super) fn runtime_mapping(pid: i32) -> Option<papirus_substrate::maps::Mapping> {
     runtime_maps(pid).ok()?.into_iter().next()
 }
 
@@ -289,7 +289,7 @@ pub(super) fn unload_runtime(
             "a thread kept running inside it or did not move past the point it was stopped at".into(),
         ));
     }
-    let file = |maps: Vec<crate::maps::Mapping>| maps.first().map(|m| (m.dev, m.inode));
+    let file = |maps: Vec<papirus_substrate::maps::Mapping>| maps.first().map(|m| (m.dev, m.inode));
     let before = file(runtime_maps(p.pid())?);
     p.unload(library)?;
     let after = file(runtime_maps(p.pid())?);
