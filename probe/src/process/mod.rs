@@ -424,7 +424,14 @@ impl Process {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_micros(200));
         }
-        self.stop_all()
+        self.stop_all()?;
+        // The worker may have ended meanwhile: the leader, or another, takes over.
+        if self.usable(self.worker).is_err()
+            && let Some(tid) = self.threads().into_iter().find(|&t| self.usable(t).is_ok())
+        {
+            self.worker = tid;
+        }
+        Ok(())
     }
 
     fn resume_all(&mut self) -> Result<()> {
