@@ -133,11 +133,12 @@ impl Process {
 
     /// A reference of papirus' own to the library the target already has
     /// loaded from the file mapped at `m` (`dlopen` with `RTLD_NOLOAD` of
-    /// the path the target sees): [`Process::unload`] gives it back.
+    /// the path it was loaded by, which the loader matches by name even when
+    /// the file is gone): [`Process::unload`] gives it back.
     pub fn reference(&mut self, m: &Mapping) -> Result<Library> {
         let loader = self.loader()?;
         self.pick_safe_worker()?;
-        let path = PathBuf::from(&m.name);
+        let path = PathBuf::from(m.name.strip_suffix(" (deleted)").unwrap_or(&m.name));
         let arg = self.remote_string(path.as_os_str().as_encoded_bytes())?;
         let handle = self.call(loader.dlopen, &[arg, RTLD_NOW | RTLD_NOLOAD | loader.extra_mode]);
         let unmapped = self.munmap(arg, 4096);

@@ -98,12 +98,16 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
     let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
-    // A reference of papirus' own to the runtime, given back at detach.
-    let library = match runtime_mapping(pid) {
-        Some(m) => p.reference(&m)?,
+    // A reference of papirus' own to the runtime, given back at detach
+    // (without one, the runtime stays: it was there before papirus came).
+    let (library, no_reference) = match runtime_mapping(pid) {
+        Some(m) => match p.reference(&m) {
+            Ok(l) => (Some(l), None),
+            Err(e) => (None, Some(format!("papirus could take no reference to it ({e})"))),
+        },
         None => {
             super::results::settle(&mut p)?;
-            p.inject(&opts.runtime)?
+            (Some(p.inject(&opts.runtime)?), None)
         }
     };
     let started = TargetHooks::find(&p).and_then(|hooks| {
@@ -114,7 +118,9 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         Ok(v) => v,
         Err(e) => {
             // No session: nothing of it can be running.
-            let _ = p.unload(&library);
+            if let Some(l) = &library {
+                let _ = p.unload(l);
+            }
             return Err(e);
         }
     };
@@ -132,7 +138,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         // image that exec'd or ended has nothing of ours left to undo).
         let gone =
             matches!(e, ProbeError::Process(crate::Error::Exec { .. } | crate::Error::TargetExited { .. }));
-        if !gone && let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks, &library) {
+        if !gone && let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks, library.as_ref())
+        {
             eprintln!("papirus-probe: pid {pid}: restoring after the failure: {undo}");
         }
         return Err(e);
@@ -190,7 +197,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut restored = Vec::new();
     let mut failures = Vec::new();
     for (record, child, mut c) in kids {
-        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks, &library) {
+        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks, library.as_ref()) {
             Ok(()) => restored.push(child),
             // A child that exits meanwhile takes its patched code with it.
             Err(_) if gone(child as i32) => {}
@@ -212,9 +219,10 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     // Every patch is restored and every hijacked return put back: the
     // arenas go, and what an earlier detach left where nothing returns now.
     let kept = release_recorded(&mut p, &arenas);
-    let runtime = match &ended {
-        Ok(_) => unload_runtime(&mut p, &library),
-        Err(_) => Ok(Some("its session could not be ended".to_string())),
+    let runtime = match (&ended, &library) {
+        (Ok(_), Some(l)) => unload_runtime(&mut p, l),
+        (Ok(_), None) => Ok(no_reference),
+        (Err(_), _) => Ok(Some("its session could not be ended".to_string())),
     };
     p.detach()?;
     ended?;
@@ -303,7 +311,7 @@ fn restore(
     results: &Results,
     record: u32,
     hooks: &TargetHooks,
-    library: &crate::process::Library,
+    library: Option<&crate::process::Library>,
 ) -> Result<(), ProbeError> {
     let tramps = trampolines(&installed);
     unpatch_stopped(c, installed)?;
@@ -311,7 +319,9 @@ fn restore(
     restore_returns(c, results, record)?;
     c.call_held(hooks.teardown, &[])?;
     let (kept, _) = release_recorded(c, arenas)?;
-    if let Some(why) = unload_runtime(c, library)? {
+    if let Some(library) = library
+        && let Some(why) = unload_runtime(c, library)?
+    {
         eprintln!("papirus-probe: pid {}: the probe runtime stays loaded: {why}", c.pid());
     }
     if !kept.ranges.is_empty() {

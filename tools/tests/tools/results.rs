@@ -287,6 +287,38 @@ fn nothing_stays_after_detach() {
     assert_eq!(before, after);
 }
 
+/// A target that already has the runtime (preloaded): each attach takes a
+/// reference of its own and gives it back, the loader keeps the library for
+/// the preload, the summary says so, and every attach measures.
+#[test]
+fn a_preloaded_runtime_stays_and_serves_every_attach() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Path::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .parent()
+        .unwrap()
+        .join("deps/libpapirus_probe_runtime.so");
+    let mut c = Command::new(target())
+        .arg("loop")
+        .env("LD_PRELOAD", &runtime)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let t = Looper(c);
+    for round in 0..2 {
+        let out = dir.path().join(format!("attach{round}.json"));
+        let o = attach(t.pid(), &out, "0.3");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "round {round}: {err}");
+        assert!(calls(&read(&out), "leaf") > 0, "round {round}");
+        assert!(err.contains("probe runtime: stays loaded: the loader keeps it"), "round {round}: {err}");
+        let maps = t.maps();
+        assert!(maps.contains("libpapirus_probe_runtime.so"), "the preload went: {maps}");
+        assert!(!maps.contains("papirus-probe-results"), "segment still mapped:\n{maps}");
+    }
+}
+
 /// A stack word that points into a trampoline keeps its page mapped at
 /// detach, as the summary says; the next detach, once the word is gone,
 /// unmaps it and nothing of the trampolines stays.
