@@ -20,12 +20,16 @@ use std::time::{Duration, Instant};
 
 use super::release::{Kept, release_recorded, runtime_mapping, unload_runtime};
 use super::results::{Results, maps_segment, other_process_state, write};
-use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
+use super::trace::TraceSummary;
+use super::{
+    Measure, ProbeError, RUNTIME_FILE, Selection, TargetHooks, TraceRequest, patch_stopped, select,
+    start_session, unpatch_stopped,
+};
 use crate::inventory::Inventory;
 use crate::patch::{Arena, Refused};
 use crate::process::Process;
-use papirus_probe_abi::Probe;
 use papirus_probe_abi::layout::hdr;
+use papirus_probe_abi::{Probe, Report};
 
 /// What to attach to and measure.
 #[derive(Debug, Clone)]
@@ -46,6 +50,10 @@ pub struct AttachOptions {
     pub runtime: PathBuf,
     /// Keep ended threads' figures per thread (bounded) instead of folding them.
     pub per_thread: bool,
+    /// Call-path tree nodes per thread (0: the default).
+    pub nodes: u64,
+    /// Trace every call, when set.
+    pub trace: Option<TraceRequest>,
 }
 
 /// Rounds of letting the target run while a thread is inside the runtime at detach.
@@ -73,6 +81,8 @@ pub struct AttachSummary {
     pub released: u64,
     /// Trampoline pages left mapped at detach, and why.
     pub kept: Kept,
+    /// The trace, when asked for.
+    pub trace: Option<TraceSummary>,
     /// Why the runtime library stays loaded in the target (`None`: unloaded).
     pub runtime_stays: Option<String>,
 }
@@ -81,6 +91,7 @@ pub struct AttachSummary {
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
+    super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait
@@ -97,7 +108,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         _ => Inventory::of_process(pid)?,
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
-    let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
+    let (mut names, mut specs) =
+        select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     // A reference of papirus' own to the runtime, given back at detach
     // (without one, the runtime stays: it was there before papirus came).
     let (library, no_reference) = match runtime_mapping(pid) {
@@ -110,11 +122,25 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             (Some(p.inject(&opts.runtime)?), None)
         }
     };
+    let m = Measure {
+        probe: opts.probe,
+        events: &opts.events,
+        per_thread: opts.per_thread,
+        nodes: opts.nodes,
+        trace: opts.trace.as_ref(),
+    };
     let started = TargetHooks::find(&p).and_then(|hooks| {
-        let r = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
-        Ok((hooks, r))
+        for s in &mut specs {
+            s.hook = match s.hook {
+                1 => hooks.enter,
+                2 => hooks.unwind_begin,
+                _ => hooks.catch,
+            };
+        }
+        let (results, tracing) = start_session(&mut p, &hooks, m, &mut names, &mut specs)?;
+        Ok((hooks, results, tracing))
     });
-    let (hooks, results) = match started {
+    let (hooks, results, mut tracing) = match started {
         Ok(v) => v,
         Err(e) => {
             // No session: nothing of it can be running.
@@ -124,13 +150,6 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             return Err(e);
         }
     };
-    for s in &mut specs {
-        s.hook = match s.hook {
-            1 => hooks.enter,
-            2 => hooks.unwind_begin,
-            _ => hooks.catch,
-        };
-    }
     let (outcome, patched) = patch_stopped(&mut p, &specs);
     let (installed, refused, arenas) = (outcome.installed, outcome.refused, outcome.arenas);
     if let Err(e) = patched {
@@ -150,8 +169,15 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let stop_window = stopped.elapsed();
     super::print_summary(&installed, &refused);
     let start = Instant::now();
+    let seg = results.segment()?;
     while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
-        std::thread::sleep(Duration::from_millis(20));
+        match tracing.as_mut() {
+            Some(t) => {
+                t.drain(&seg);
+                std::thread::sleep(super::trace::DRAIN_INTERVAL);
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
     // Ended meanwhile, or running a new image (execve while detached): its
     // results are still in our mapping of the segment, and nothing of ours is
@@ -173,15 +199,19 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut p = match attached {
         Ok(p) => p,
         Err(how) => {
-            let report_time = report_ended(&results, opts, names, how)?;
+            let t0 = Instant::now();
+            let end = papirus_substrate::arch::rdtsc();
+            let report = report_ended(&results, opts, names, how)?;
+            let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
             return Ok(AttachSummary {
                 installed: count,
                 refused,
                 children: Vec::new(),
-                report_time,
+                report_time: t0.elapsed(),
                 stop_window,
                 released: 0,
                 kept: Kept::default(),
+                trace,
                 runtime_stays: None,
             });
         }
@@ -209,6 +239,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     quiet(&mut p, &tramps, &results, 0)?;
     restore_returns(&mut p, &results, 0)?;
     let t0 = Instant::now();
+    let end = papirus_substrate::arch::rdtsc();
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
     });
@@ -228,7 +259,9 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     ended?;
     let (kept, released) = kept?;
     let runtime_stays = runtime?;
-    write(&opts.output, &report?)?;
+    let report = report?;
+    write(&opts.output, &report)?;
+    let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
         return Err(ProbeError::Setup {
@@ -244,25 +277,25 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         stop_window,
         released,
         kept,
+        trace,
         runtime_stays,
     })
 }
 
 /// Writes the report of a target whose measurement ended on its own side
-/// (exit, execve) while papirus was detached; returns how long that took.
+/// (exit, execve) while papirus was detached, and returns it.
 fn report_ended(
     results: &Results,
     opts: &AttachOptions,
     names: Vec<String>,
     how: &str,
-) -> Result<Duration, ProbeError> {
-    let t0 = Instant::now();
+) -> Result<Report, ProbeError> {
     let pid = opts.pid;
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 { how.to_string() } else { other_process_state(q) }
     })?;
     write(&opts.output, &report)?;
-    Ok(t0.elapsed())
+    Ok(report)
 }
 
 /// An executable file mapping: start, end, inode, device.
