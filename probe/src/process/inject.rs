@@ -119,16 +119,7 @@ impl Process {
             })?;
             return self.inject_fresh(path, &loader, threading);
         }
-        let arg = self.remote_string(path.as_os_str().as_encoded_bytes())?;
-        let handle = self.call(loader.dlopen, &[arg, RTLD_NOW | loader.extra_mode]);
-        let unmapped = self.munmap(arg, 4096);
-        let handle = handle?;
-        unmapped?;
-        if handle == 0 {
-            let message = self.dl_error(&loader);
-            return Err(Error::Dlopen { path, pid: self.pid, message });
-        }
-        Ok(Library { handle, path })
+        self.dlopen_stopped(&loader, path, RTLD_NOW)
     }
 
     /// A reference of papirus' own to the library the target already has
@@ -139,13 +130,19 @@ impl Process {
         let loader = self.loader()?;
         self.pick_safe_worker()?;
         let path = PathBuf::from(m.name.strip_suffix(" (deleted)").unwrap_or(&m.name));
+        self.dlopen_stopped(&loader, path, RTLD_NOW | RTLD_NOLOAD)
+    }
+
+    /// `dlopen(path, mode)` called on the stopped worker; the path's copy in
+    /// the target is unmapped whatever the outcome.
+    fn dlopen_stopped(&mut self, loader: &Loader, path: PathBuf, mode: u64) -> Result<Library> {
         let arg = self.remote_string(path.as_os_str().as_encoded_bytes())?;
-        let handle = self.call(loader.dlopen, &[arg, RTLD_NOW | RTLD_NOLOAD | loader.extra_mode]);
+        let handle = self.call(loader.dlopen, &[arg, mode | loader.extra_mode]);
         let unmapped = self.munmap(arg, 4096);
         let handle = handle?;
         unmapped?;
         if handle == 0 {
-            let message = self.dl_error(&loader);
+            let message = self.dl_error(loader);
             return Err(Error::Dlopen { path, pid: self.pid, message });
         }
         Ok(Library { handle, path })
