@@ -266,12 +266,10 @@ impl Process {
                 break;
             }
         }
-        // Every thread on its way out: the process is ending (exit_group or a fatal signal).
-        if p.threads.values().all(|t| t.exit.is_some()) {
-            let status = p.threads.get(&pid).and_then(|t| t.exit).unwrap_or(Exit::Unknown);
-            return Err(p.exited("attach", status));
+        match p.ending("attach") {
+            Some(e) => Err(e),
+            None => Ok(p),
         }
-        Ok(p)
     }
 
     fn held(pid: i32, mem: File, child: bool) -> Process {
@@ -737,9 +735,9 @@ impl Process {
     fn usable(&self, tid: i32) -> Result<()> {
         match self.threads.get(&tid) {
             Some(t) if t.exit.is_none() => Ok(()),
-            Some(_) => {
-                Err(Error::InvalidArgument { what: format!("thread {tid} is exiting and cannot run code") })
-            }
+            Some(_) => Err(self.ending("running code").unwrap_or_else(|| Error::InvalidArgument {
+                what: format!("thread {tid} is exiting and cannot run code"),
+            })),
             None => Err(Error::InvalidArgument {
                 what: format!("{tid} is not a thread of pid {} held by papirus", self.pid),
             }),
@@ -754,6 +752,16 @@ impl Process {
         self.slack = None;
         self.lock_code = None;
         Error::Exec { pid: self.pid, during }
+    }
+
+    /// The process' end when every held thread is on its way out
+    /// (exit_group or a fatal signal).
+    fn ending(&self, during: &'static str) -> Option<Error> {
+        if !self.threads.values().all(|t| t.exit.is_some()) {
+            return None;
+        }
+        let status = self.threads.get(&self.pid).and_then(|t| t.exit).unwrap_or(Exit::Unknown);
+        Some(self.exited(during, status))
     }
 
     fn exited(&self, during: &'static str, status: Exit) -> Error {

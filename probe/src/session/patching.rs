@@ -25,7 +25,16 @@ impl<'a> RemoteSpace<'a> {
 }
 
 fn target_err(e: crate::Error) -> PatchError {
-    PatchError::Target(e.to_string())
+    PatchError::Target(Box::new(e))
+}
+
+/// A patch error as the session's: the target's own (its end, an execve)
+/// keeps its kind, so callers can tell a target that is gone.
+fn patch_err(e: PatchError) -> ProbeError {
+    match e {
+        PatchError::Target(e) => ProbeError::Process(*e),
+        e => e.into(),
+    }
 }
 
 impl AddressSpace for RemoteSpace<'_> {
@@ -84,7 +93,7 @@ pub(super) fn patch_stopped(p: &mut Process, specs: &[FunctionSpec]) -> (Outcome
             Err(e) => {
                 // None of this batch's jumps stayed; its arenas did.
                 out.arenas.extend(patcher.arenas().iter().cloned());
-                return (out, Err(e.into()));
+                return (out, Err(patch_err(e)));
             }
         };
         patcher.keep();
@@ -106,8 +115,7 @@ pub(super) fn patch_stopped(p: &mut Process, specs: &[FunctionSpec]) -> (Outcome
 /// Restores patched functions in the stopped process.
 pub(super) fn unpatch_stopped(p: &mut Process, installed: Vec<Installed>) -> Result<(), ProbeError> {
     let mut patcher = Patcher::adopt(RemoteSpace::new(p), installed);
-    patcher.remove_all()?;
-    Ok(())
+    patcher.remove_all().map_err(patch_err)
 }
 
 #[cfg(test)]
