@@ -47,6 +47,10 @@ int main(void) {
         presets++;
         available += a;
         if (q != a || (info.count > 0) != a) disagree++;
+        /* Its categories, which papi_avail --br, --cache, ... filter by. */
+        char key[PAPI_MAX_STR_LEN + 16];
+        snprintf(key, sizeof key, "event_type_%s", info.symbol);
+        KV(key, "0x%x", info.event_type);
     } while (PAPI_enum_event(&code, PAPI_ENUM_EVENTS) == PAPI_OK);
     KV("presets", "%d", presets);
     KV("query_add_disagree", "%d", disagree);
