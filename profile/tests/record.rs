@@ -119,6 +119,13 @@ fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
         .opt("-O2")
         .args(["-fomit-frame-pointer", "-fno-inline", "-pthread"])
         .build(dir.path(), "profile_hot");
+    // Debian's detached libc symbols name libc's local functions, as perf does with them.
+    let libc = papirus_substrate::elf::ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let debug_root = Path::new(papirus_substrate::elf::DEBUG_ROOT);
+    let libc_dbg = papirus_testkit::debian_package("libc6-dbg", || libc.debug_file(debug_root).is_some());
+    if let Err(e) = &libc_dbg {
+        papirus_testkit::skip(format!("libc's debug symbols (libc6-dbg): {e}"));
+    }
     let opts = Options {
         call_graph: CallGraph::Dwarf,
         trigger: Some(TriggerInfo::Frequency(1000)),
@@ -136,6 +143,11 @@ fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
             // Through the program and libc's own unwind tables, up to the entry point.
             assert_eq!(names.first(), Some(&"_start"), "{names:?}");
             assert!(names.ends_with(&["main", "run", names.last().unwrap()]), "{names:?}");
+            if libc_dbg.is_ok() {
+                assert!(names.contains(&"__libc_start_call_main"), "a local symbol of libc: {names:?}");
+                // The debug file's `.symtab` spells `__libc_start_main@@GLIBC_2.34`.
+                assert!(names.contains(&"__libc_start_main"), "without its version: {names:?}");
+            }
         }
     }
     assert!(hot * 10 >= total * 9, "{hot} of {total} samples in hot functions: {:?}", leaves(&r));
