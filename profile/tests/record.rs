@@ -152,3 +152,34 @@ fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
     }
     assert!(hot * 10 >= total * 9, "{hot} of {total} samples in hot functions: {:?}", leaves(&r));
 }
+
+#[test]
+fn samples_kernel_mode_too_unless_a_modifier_says_user() {
+    // dd copies one byte per read(2) and write(2): most of its time is in the kernel.
+    let dd = command(&[&"dd", &"if=/dev/zero", &"of=/dev/null", &"bs=1", &"count=300000"]);
+    let kernel_share = |event: &str| {
+        let opts = Options {
+            event: event.into(),
+            trigger: Some(TriggerInfo::Frequency(2000)),
+            ..Options::default()
+        };
+        let r = record(&dd, &opts).unwrap();
+        let kernel: u64 = r
+            .samples
+            .iter()
+            .filter(|s| r.stack(s.stack).last().is_some_and(|f| f.kernel))
+            .map(|s| s.count)
+            .sum();
+        (r.event.domain.clone().unwrap(), r.notes.clone(), kernel, r.total_samples())
+    };
+    let (domain, notes, kernel, total) = kernel_share("task-clock");
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(domain, "user+kernel", "as perf record: {notes:?}");
+        assert!(total >= 20 && kernel * 4 >= total, "{kernel} of {total} samples in the kernel");
+    } else {
+        assert_eq!(domain, "user", "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("perf_event_paranoid")), "{notes:?}");
+    }
+    let (domain, notes, kernel, total) = kernel_share("task-clock:u");
+    assert_eq!((domain.as_str(), notes.len(), kernel), ("user", 0, 0), "{total} samples");
+}
