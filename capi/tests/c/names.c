@@ -48,9 +48,7 @@ int main(void) {
         available += a;
         if (q != a || (info.count > 0) != a) disagree++;
         /* Its categories, which papi_avail --br, --cache, ... filter by. */
-        char key[PAPI_MAX_STR_LEN + 16];
-        snprintf(key, sizeof key, "event_type_%s", info.symbol);
-        KV(key, "0x%x", info.event_type);
+        printf("kv event_type_%s 0x%x\n", info.symbol, info.event_type);
     } while (PAPI_enum_event(&code, PAPI_ENUM_EVENTS) == PAPI_OK);
     KV("presets", "%d", presets);
     KV("query_add_disagree", "%d", disagree);
