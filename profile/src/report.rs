@@ -369,7 +369,7 @@ mod tests {
         let t = text(&server(40), &ReportOptions::default());
         assert!(t.contains("# event: task-clock (user+kernel), 1000 Hz"), "{t}");
         assert!(t.contains("# note: a note"), "{t}");
-        let listed: Vec<&str> = t.lines().filter(|l| l.contains(" srv ")).collect();
+        let listed: Vec<&str> = t.lines().filter(|l| l.starts_with("# ") && l.contains(" srv ")).collect();
         assert_eq!(listed.len(), HEADER_THREADS, "{t}");
         assert!(listed[0].contains(" 139 ") && listed[0].trim_end().ends_with(" 40"), "busiest first: {t}");
         let rest: u64 = (1..=24).sum();
