@@ -154,6 +154,20 @@ fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
 }
 
 #[test]
+fn a_debug_files_aliases_resolve_to_the_exported_name() {
+    let libc = papirus_substrate::elf::ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let root = Path::new(papirus_substrate::elf::DEBUG_ROOT);
+    if let Err(e) = papirus_testkit::debian_package("libc6-dbg", || libc.debug_file(root).is_some()) {
+        papirus_testkit::skip(format!("libc's debug symbols (libc6-dbg): {e}"));
+        return;
+    }
+    let debug = libc.debug_file(root).unwrap();
+    // Its .symtab holds __GI___libc_malloc and __malloc (local), __libc_malloc and malloc there.
+    let malloc = libc.functions().find(|s| s.name == "malloc").unwrap().address;
+    assert_eq!(debug.function_at(malloc).unwrap().name, "malloc");
+}
+
+#[test]
 fn samples_kernel_mode_too_unless_a_modifier_says_user() {
     // dd copies one byte per read(2) and write(2): most of its time is in the kernel.
     let dd = command(&[&"dd", &"if=/dev/zero", &"of=/dev/null", &"bs=1", &"count=300000"]);

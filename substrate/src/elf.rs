@@ -488,8 +488,18 @@ impl ElfFile {
     /// The function whose range contains link-time address `vaddr` (or that
     /// starts exactly there, for size-0 symbols).
     pub fn function_at(&self, vaddr: u64) -> Option<&Symbol> {
-        self.functions().filter(|s| s.address == vaddr || s.range().contains(&vaddr)).min_by_key(|s| s.size)
+        self.functions()
+            .filter(|s| s.address == vaddr || s.range().contains(&vaddr))
+            .min_by_key(|s| (s.size, alias_rank(s)))
     }
+}
+
+/// Orders aliases of one function as perf does, the best first: strong
+/// before weak, global before local, fewer leading underscores, longer
+/// name (`malloc`, not `__GI___libc_malloc` or `__libc_malloc`).
+fn alias_rank(s: &Symbol) -> (bool, bool, usize, std::cmp::Reverse<usize>) {
+    let underscores = s.name.len() - s.name.trim_start_matches('_').len();
+    (s.binding == Binding::Weak, s.binding == Binding::Local, underscores, std::cmp::Reverse(s.name.len()))
 }
 
 /// Where distributions install separate debug files, by build-id.
