@@ -87,16 +87,26 @@ fn trigger_text(r: &Recording) -> String {
     }
 }
 
+/// A command line on one line: an argument with spaces, quotes or control
+/// characters (`python3 -c SCRIPT`) is quoted with its escapes shown.
+fn command_line(c: &[String]) -> String {
+    let plain =
+        |a: &String| !a.is_empty() && a.chars().all(|c| c.is_alphanumeric() || "_-./=:,+@%".contains(c));
+    let words: Vec<String> = c.iter().map(|a| if plain(a) { a.clone() } else { format!("{a:?}") }).collect();
+    words.join(" ")
+}
+
 fn target_text(r: &Recording) -> String {
-    match (&r.target.command, &r.exit) {
+    let command = r.target.command.as_deref().map(command_line);
+    match (command, &r.exit) {
         (Some(c), Some(e)) => {
             let how = match e.signal {
                 Some(s) => format!("killed by signal {s}"),
                 None => format!("exit status {}", e.code),
             };
-            format!("command: {} (pid {}, {how})", c.join(" "), r.target.pid)
+            format!("command: {c} (pid {}, {how})", r.target.pid)
         }
-        (Some(c), None) => format!("command: {} (pid {})", c.join(" "), r.target.pid),
+        (Some(c), None) => format!("command: {c} (pid {})", r.target.pid),
         (None, _) => format!("process: {}", r.target.pid),
     }
 }
@@ -379,5 +389,19 @@ mod tests {
         assert!(t.contains("handle  [srv]"), "{t}");
         let few = text(&server(3), &ReportOptions::default());
         assert!(!few.contains("more threads"), "{few}");
+    }
+
+    #[test]
+    fn a_command_line_stays_on_its_header_line() {
+        let mut r = server(1);
+        let args = ["python3", "-c", "import os\nprint(os.getpid())", "", "a b", "x=1"];
+        r.target.command = Some(args.iter().map(|a| a.to_string()).collect());
+        let t = text(&r, &ReportOptions::default());
+        let first = t.lines().next().unwrap();
+        assert_eq!(
+            first, r#"# command: python3 -c "import os\nprint(os.getpid())" "" "a b" x=1 (pid 100)"#,
+            "{t}"
+        );
+        assert!(t.lines().nth(1).unwrap().starts_with("# event: "), "{t}");
     }
 }
