@@ -78,7 +78,14 @@ extern "C" fn register_cold(t: *const Thread) {
     let t = unsafe { &*t };
     crate::state::register_thread_exit();
     if t.nevents.get() > 0 {
+        // Opening the groups allocates and calls libc: the slot says so
+        // ([`papirus_probe_abi::layout::slot::OUTSIDE`]), so the tool does
+        // not end the session while this thread's PC may lie there.
+        t.outside.set(1);
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
         open(t);
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        t.outside.set(0);
     }
 }
 
