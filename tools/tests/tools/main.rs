@@ -15,6 +15,7 @@ mod probe_calibrate;
 mod probe_cli;
 mod probe_run;
 mod profile;
+mod report_writes;
 mod results;
 mod seccomp;
 mod stat;
