@@ -19,5 +19,6 @@ mod report_writes;
 mod results;
 mod seccomp;
 mod stat;
+mod stat_missing;
 mod stress;
 mod viewers;
