@@ -75,11 +75,9 @@ pub enum Refusal {
     /// The relocated code does not encode at the trampoline's address.
     #[error("cannot relocate the displaced instructions: {0}")]
     Relocation(String),
-    /// Other code enters past the first byte, inside the 5 bytes a jump
-    /// needs, and no `jmp rel8` hop fits either.
-    #[error(
-        "code elsewhere enters at +{offset:#x}, inside the 5 bytes a jump needs, and no 2-byte hop fits: {why}"
-    )]
+    /// Code (other code, or the function's own loop) enters past the first
+    /// byte, inside the 5 bytes a jump needs, and no `jmp rel8` hop fits either.
+    #[error("code enters at +{offset:#x}, inside the 5 bytes a jump needs, and no 2-byte hop fits: {why}")]
     Entered {
         /// Offset of the entry from the function start.
         offset: u64,
