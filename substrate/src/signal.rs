@@ -94,11 +94,7 @@ pub fn default_signal() -> i32 {
     libc::SIGRTMAX() - 3
 }
 
-/// The kernel thread id of the caller.
-pub fn gettid() -> i32 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
+pub use crate::sys::gettid;
 
 /// How a record reached the callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
