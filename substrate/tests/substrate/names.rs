@@ -1,22 +1,15 @@
 //! Events opened by name against this machine's kernel: breakpoints on a
 //! function of this test binary, uprobes on a C program the test builds,
 //! a syscall tracepoint, and the hardware names that cannot open here.
-//!
-//! Each test holds [`serial`]: the descriptor-count check needs no other
-//! test opening files meanwhile, and the debug registers are shared.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::{Counter, Error, EventAttr, Kind, Parser, Target, parse_event};
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::util::{fd_count, serial};
 
 /// The function acceptance 5 counts: exported under its own name so
 /// `mem:papirus_names_bp_target:x` finds it in the ELF symbol table.
@@ -264,10 +257,6 @@ fn hardware_names_fail_to_open_with_the_reason() {
 /// Whether an error is the one a bad name must give.
 type Expect = fn(&Error) -> bool;
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 /// Acceptance 9, by name: each bad input has its own error, and a thousand
 /// failed parses and opens leave the descriptor count where it was.
 #[test]
@@ -284,7 +273,7 @@ fn bad_names_fail_cleanly_without_leaking() {
         }),
         ("mem:papirus_no_such_function:x", |e| matches!(e, Error::SymbolNotFound { .. })),
     ];
-    let before = open_fds();
+    let before = fd_count();
     for (name, want) in bad {
         let e = parse_event(name).unwrap_err();
         println!("{name:40} {e}");
@@ -302,6 +291,6 @@ fn bad_names_fail_cleanly_without_leaking() {
             drop(c);
         }
     }
-    let after = open_fds();
+    let after = fd_count();
     assert_eq!(before, after, "descriptors leaked by failed parses and opens");
 }

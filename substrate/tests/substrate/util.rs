@@ -1,16 +1,24 @@
-//! Helpers shared by the kernel tests: a serialising lock, clocks, fresh
+//! Helpers shared by the substrate's tests: a serialising lock, clocks, fresh
 //! memory, forked children and descriptor counting.
 
 use std::io::{PipeReader, PipeWriter, Read, Write};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
 use papirus_substrate::{EventAttr, Kind};
 
-/// Held by every test for its whole run.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+static LOCK: RwLock<()> = RwLock::new(());
+
+/// Held for its whole run by a test that needs the process to itself
+/// (timing, descriptor counts).
+pub fn serial() -> RwLockWriteGuard<'static, ()> {
+    LOCK.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a test that may run beside others of its kind but not beside
+/// a [`serial`] one (the signal-driven sampling tests).
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    LOCK.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A software event by its `PERF_COUNT_SW_*` number.

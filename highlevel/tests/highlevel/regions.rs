@@ -22,9 +22,7 @@ extern "C" fn remove_out_dir() {
 
 fn out_dir() -> PathBuf {
     OUT.get_or_init(|| {
-        // SAFETY: `remove_out_dir` is a plain `extern "C" fn()` that only
-        // touches a static; registering it has no precondition.
-        unsafe { libc::atexit(remove_out_dir) };
+        papirus_substrate::exit::at_exit(remove_out_dir).unwrap();
         tempfile::Builder::new().prefix("papirus-regions-test-").tempdir().unwrap()
     })
     .path()
