@@ -121,12 +121,6 @@ impl Library {
         Library::build(sys, machine, None, PresetTable::builtin().clone())
     }
 
-    /// Replaces the preset definitions (e.g. a user's own file parsed with
-    /// [`PresetTable::parse`]); returns a new library sharing nothing else.
-    pub fn with_presets(&self, presets: PresetTable) -> Library {
-        Library::build(self.0.sys.clone(), self.0.machine.clone(), self.0.hwinfo.clone(), presets)
-    }
-
     /// A new, empty event set owned by the calling thread.
     pub fn event_set(&self) -> EventSet {
         let id = self.0.next_set.fetch_add(1, Ordering::Relaxed);

@@ -123,11 +123,6 @@ impl EventAttr {
         }
     }
 
-    /// Renames the event (the name used in errors and reports).
-    pub fn name_as(&mut self, name: impl Into<String>) -> &mut Self {
-        self.name = name.into();
-        self
-    }
     /// Sets `config1` (also `bp_addr` for breakpoints).
     pub fn config1(&mut self, v: u64) -> &mut Self {
         self.config1 = v;
@@ -216,14 +211,6 @@ impl EventAttr {
     /// Whether children are counted.
     pub fn inherit_value(&self) -> bool {
         self.inherit
-    }
-    /// Whether the event is pinned.
-    pub fn pinned_value(&self) -> bool {
-        self.pinned
-    }
-    /// Whether the event is exclusive.
-    pub fn exclusive_value(&self) -> bool {
-        self.exclusive
     }
     /// The uprobe path, if this is a uprobe.
     pub fn uprobe_path_value(&self) -> Option<&CString> {

@@ -728,10 +728,6 @@ impl SamplingEvents {
     pub fn reset(&self) -> Result<()> {
         self.ioctl(Ioctl::Reset { group: true }, Op::Reset)
     }
-    /// Changes the sample period (`PERF_EVENT_IOC_PERIOD`).
-    pub fn set_period(&self, period: u64) -> Result<()> {
-        self.ioctl(Ioctl::Period(period), Op::Ioctl)
-    }
     /// The event's name.
     pub fn name(&self) -> &str {
         &self.name

@@ -18,12 +18,6 @@ use serde::Serialize;
 use super::Function;
 use crate::patch::{self, EntryPlan, Tactic};
 
-/// Bytes a `jmp rel32` to a trampoline occupies.
-pub const JUMP_LEN: u64 = patch::analyze::JMP_LEN;
-/// Bytes of `endbr64`, which stays in place ahead of the jump so indirect
-/// calls still land on it under IBT.
-pub const ENDBR64_LEN: u64 = 4;
-
 /// The outcome of the check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
