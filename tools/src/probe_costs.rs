@@ -197,15 +197,6 @@ int main(int argc, char **argv) {{
     )
 }
 
-/// A scratch directory, removed on drop.
-struct Scratch(std::path::PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// One driver run: ns per call of each sample, calls made, checksum.
 struct DriverRun {
     ns: Vec<f64>,
@@ -264,23 +255,18 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
         .lines()
         .find(|l| l.starts_with("#define TINY_BODY"))
         .ok_or("probe_bench.c defines no TINY_BODY")?;
-    // A fresh private directory (mkdtemp, 0700), removed by `Scratch`'s drop.
-    let dir = Scratch(
-        tempfile::Builder::new()
-            .prefix("papirus-probe-uftrace-")
-            .tempdir()
-            .map_err(|e| format!("a new temporary directory: {e}"))?
-            .keep(),
-    );
-    let src = dir.0.join("uftrace_driver.c");
-    let exe = dir.0.join("uftrace_driver");
-    std::fs::write(&src, uftrace_driver(body)).map_err(|e| format!("{}: {e}", src.display()))?;
-    run(Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src), "gcc (install gcc)")?;
+    // A fresh private directory (mkdtemp, 0700), removed on drop.
+    let dir = tempfile::Builder::new()
+        .prefix("papirus-probe-uftrace-")
+        .tempdir()
+        .map_err(|e| format!("a new temporary directory: {e}"))?;
+    let exe =
+        cost::gcc(dir.path(), "uftrace_driver", &uftrace_driver(body), &[]).map_err(|e| e.to_string())?;
 
     let samples = (b.plan().samples / 20).clamp(10, 100);
     let args = [UFTRACE_BATCH.to_string(), samples.to_string()];
     let plain = driver_run(Command::new(&exe).args(&args), "the uftrace driver")?;
-    let data = dir.0.join("uftrace.data");
+    let data = dir.path().join("uftrace.data");
     let traced = driver_run(
         Command::new(uftrace)
             .args(["record", "-P", "^tiny$", "--no-libcall", "--no-event", "-d"])

@@ -163,20 +163,8 @@ pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
     // A fresh private directory (mkdtemp, mode 0700): nobody else can have
     // put a source, a binary or a link in it before gcc writes there.
     let dir = tempfile::Builder::new().prefix("papirus-probe-demo-").tempdir()?;
-    let src = dir.path().join("probe_program.c");
-    let exe = dir.path().join("probe_program");
-    std::fs::write(&src, DEMO_SOURCE)?;
-    let built = std::process::Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .map_err(|e| {
-            format!("cannot run gcc to build the demo program ({e}): install it (apt-get install gcc)")
-        })?;
-    if !built.success() {
-        return Err(format!("gcc failed to build the demo program {} ({built})", src.display()).into());
-    }
+    let exe = papirus_probe::session::cost::gcc(dir.path(), "probe_program", DEMO_SOURCE, &["-pthread"])
+        .map_err(|e| e.to_string())?;
     note(&format!("papirus-probe: built the demo program {} from the bundled source", exe.display()));
     let result = run(&RunArgs {
         probe: args.probe.clone(),
