@@ -1025,26 +1025,9 @@ int main(int argc, char **argv) {
 }
 "#;
 
-    /// Builds C_SOURCE with `flags`; `None` (with the reason printed) when gcc is missing.
-    fn build_c(dir: &Path, name: &str, flags: &[&str]) -> Option<PathBuf> {
-        let src = dir.join("t.c");
-        std::fs::write(&src, C_SOURCE).unwrap();
-        let out = dir.join(name);
-        match std::process::Command::new("gcc")
-            .args(["-O1", "-g"])
-            .args(flags)
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .status()
-        {
-            Ok(s) if s.success() => Some(out),
-            Ok(s) => panic!("gcc {flags:?} failed: {s}"),
-            Err(e) => {
-                eprintln!("skipping: cannot run gcc: {e}");
-                None
-            }
-        }
+    /// Builds C_SOURCE with `flags`.
+    fn build_c(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+        papirus_testkit::Cc::from_text(dir, "t.c", C_SOURCE).opt("-O1").args(flags).build(dir, name)
     }
 
     fn tool_output(cmd: &str, args: &[&str], file: &Path) -> Option<String> {
@@ -1071,7 +1054,7 @@ int main(int argc, char **argv) {
             ("nopie_ibt", &["-no-pie", "-Wl,-z,ibtplt"]),
         ];
         for (name, flags) in layouts {
-            let Some(exe) = build_c(dir.path(), name, flags) else { return };
+            let exe = build_c(dir.path(), name, flags);
             let f = ElfFile::open(&exe).unwrap();
             let Some(dump) = tool_output("objdump", &["-d"], &exe) else { return };
             let mut expected: Vec<(String, u64)> = dump
@@ -1105,7 +1088,7 @@ int main(int argc, char **argv) {
     #[test]
     fn c_program_matches_nm_and_strip() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(exe) = build_c(dir.path(), "prog", &["-rdynamic"]) else { return };
+        let exe = build_c(dir.path(), "prog", &["-rdynamic"]);
         let f = ElfFile::open(&exe).unwrap();
         assert!(!f.is_stripped());
         let Some(nm) = tool_output("nm", &["--defined-only", "-S"], &exe) else { return };

@@ -1,5 +1,6 @@
-//! What papirus' tests share: one way to build a C or C++ target, one way
-//! to get a Debian package a test needs, and one way to skip.
+//! What papirus' tests share: one way to build a C or C++ target, one
+//! kind of scratch directory, one way to get a Debian package a test
+//! needs, and one way to skip.
 //!
 //! A test that cannot run here prints `SKIP: <the reason>` on stderr (the
 //! kernel's or the tool's own words) and returns; it never passes silently
@@ -8,20 +9,65 @@
 
 use std::ffi::OsStr;
 use std::fmt::Display;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use tempfile::TempDir;
 
 /// Prints why a test does not run here, in the form every test uses.
 pub fn skip(reason: impl Display) {
     eprintln!("SKIP: {reason}");
 }
 
+/// A private scratch directory (mkdtemp, mode 0700), removed on drop.
+pub fn scratch() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("papirus-test-")
+        .tempdir()
+        .unwrap_or_else(|e| panic!("a temporary directory: {e}"))
+}
+
+/// A program built into a scratch directory of its own, removed with it.
+#[derive(Debug)]
+pub struct Built {
+    path: PathBuf,
+    _dir: TempDir,
+}
+
+impl Built {
+    /// The program's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Deref for Built {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<Path> for Built {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<OsStr> for Built {
+    fn as_ref(&self) -> &OsStr {
+        self.path.as_os_str()
+    }
+}
+
 /// A C or C++ program or shared library built by gcc/g++ for a test.
+/// Sources in `testkit/targets` may include `papirus_target.h`, the bodies
+/// the targets share.
 ///
 /// ```no_run
-/// # fn f(dir: &std::path::Path) {
-/// let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_loop.c")).arg("-pthread").build(dir, "loop");
-/// # }
+/// let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_loop.c")).arg("-pthread").built("loop");
+/// std::process::Command::new(&exe).status().unwrap();
 /// ```
 #[derive(Debug, Clone)]
 pub struct Cc {
@@ -79,6 +125,13 @@ impl Cc {
     /// messages when the build fails (a broken target is a broken test).
     pub fn build(&self, dir: &Path, name: &str) -> PathBuf {
         self.try_build(dir, name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Builds `name` into a scratch directory of its own, removed when the
+    /// result is dropped.
+    pub fn built(&self, name: &str) -> Built {
+        let dir = scratch();
+        Built { path: self.build(dir.path(), name), _dir: dir }
     }
 
     /// Builds `dir/name`, or says why not.

@@ -183,19 +183,11 @@ impl Built {
 
     /// Compiles C source into `name` with extra gcc flags.
     fn cc(&self, name: &str, src: &str, flags: &[&str]) -> PathBuf {
-        let c = self.path(&format!("{name}.c"));
-        std::fs::write(&c, src).unwrap();
-        let out = self.path(name);
-        let st = Command::new("gcc")
-            .args(["-O1", "-g", "-pthread"])
-            .arg(&c)
-            .arg("-o")
-            .arg(&out)
+        papirus_testkit::Cc::from_text(self.dir.path(), &format!("{name}.c"), src)
+            .opt("-O1")
+            .arg("-pthread")
             .args(flags)
-            .status()
-            .expect("gcc");
-        assert!(st.success(), "gcc failed for {name}");
-        out
+            .build(self.dir.path(), name)
     }
 }
 

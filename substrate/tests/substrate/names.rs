@@ -3,11 +3,12 @@
 //! a syscall tracepoint, and the hardware names that cannot open here.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::{Counter, Error, EventAttr, Kind, Parser, Target, parse_event};
+
+use papirus_testkit::{Cc, skip, target};
 
 use crate::util::{fd_count, serial};
 
@@ -25,7 +26,7 @@ fn open_or_skip(attr: &EventAttr, target: Target) -> Option<Counter> {
     match attr.open(target) {
         Ok(c) => Some(c),
         Err(e @ Error::Permission { .. }) => {
-            println!("SKIPPED: {e}");
+            skip(&e);
             None
         }
         Err(e) => panic!("opening `{}`: {e}", attr.name()),
@@ -82,7 +83,7 @@ fn uprobe_offset_matches_this_process_mapping() {
     let _s = serial();
     let p = Parser::system().unwrap();
     let Some(up) = p.pmus().get("uprobe") else {
-        println!("SKIPPED: no uprobe PMU on this kernel");
+        skip("no uprobe PMU on this kernel");
         return;
     };
     let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
@@ -120,42 +121,6 @@ fn uprobe_offset_matches_this_process_mapping() {
     }
 }
 
-const TARGET_C: &str = r#"
-#include <stdlib.h>
-#include <unistd.h>
-
-__attribute__((noinline)) long papirus_work(long x) {
-    __asm__ volatile("" ::: "memory");
-    return x * 3 + 1;
-}
-
-int main(int argc, char **argv) {
-    char go;
-    /* Wait until the parent has attached its probes. */
-    if (read(0, &go, 1) != 1) return 2;
-    long n = argc > 1 ? atol(argv[1]) : 0, sum = 0;
-    for (long i = 0; i < n; i++) sum += papirus_work(i);
-    return sum == -1;
-}
-"#;
-
-/// Builds the uprobe target with gcc into this test target's temp dir.
-fn build_target() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("names-uprobe");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("target.c");
-    let bin = dir.join("target");
-    std::fs::write(&src, TARGET_C).unwrap();
-    match Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&src).status() {
-        Ok(s) if s.success() => Some(bin),
-        Ok(s) => panic!("gcc failed on {}: {s}", src.display()),
-        Err(e) => {
-            println!("SKIPPED: gcc cannot run here: {e}");
-            None
-        }
-    }
-}
-
 /// Acceptance 6: `uprobe:` and `uretprobe:` on a function of a C program
 /// called 10,000 times count exactly 10,000 each. The child blocks on
 /// stdin until both probes are open and enabled on its pid.
@@ -163,12 +128,16 @@ fn build_target() -> Option<PathBuf> {
 fn uprobe_and_uretprobe_count_every_call() {
     let _s = serial();
     const CALLS: u64 = 10_000;
-    let Some(bin) = build_target() else { return };
-    let entry = parse_event(&format!("uprobe:{}:papirus_work", bin.display())).unwrap();
-    let exit = parse_event(&format!("uretprobe:{}:papirus_work", bin.display())).unwrap();
+    let bin = Cc::new(target("work.c")).built("work");
+    let entry = parse_event(&format!("uprobe:{}:solve", bin.display())).unwrap();
+    let exit = parse_event(&format!("uretprobe:{}:solve", bin.display())).unwrap();
     assert_eq!(entry.kind(), Kind::Dynamic);
 
-    let mut child = Command::new(&bin).arg(CALLS.to_string()).stdin(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(&bin)
+        .args(["0", "0", &CALLS.to_string(), "wait"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = i32::try_from(child.id()).unwrap();
     let counters = (open_or_skip(&entry, Target::Task(pid)), open_or_skip(&exit, Target::Task(pid)));
     let (Some(entry_c), Some(exit_c)) = counters else {
@@ -182,7 +151,7 @@ fn uprobe_and_uretprobe_count_every_call() {
     let status = child.wait().unwrap();
     assert!(status.success(), "target exited with {status}");
     let (n_entry, n_exit) = (entry_c.read().unwrap().raw, exit_c.read().unwrap().raw);
-    println!("uprobe {n_entry}, uretprobe {n_exit} for {CALLS} calls of papirus_work");
+    println!("uprobe {n_entry}, uretprobe {n_exit} for {CALLS} calls of solve");
     assert_eq!((n_entry, n_exit), (CALLS, CALLS));
 }
 
@@ -197,7 +166,7 @@ fn syscall_tracepoint_by_name_counts_each_write() {
     let attr = match parse_event("syscalls:sys_enter_write") {
         Ok(a) => a,
         Err(e @ (Error::NoTracefs { .. } | Error::Io { .. })) => {
-            println!("SKIPPED: {e}");
+            skip(&e);
             return;
         }
         Err(e) => panic!("{e}"),

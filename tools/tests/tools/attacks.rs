@@ -227,14 +227,9 @@ fn tool(args: &[&OsStr], cwd: &Path, limit: Duration, what: &str) -> Output {
     bounded(child, limit, what)
 }
 
-/// Builds `tests/targets/SRC` into `dir` with gcc.
+/// Builds the shared target `src` as `dir/out`.
 fn gcc(dir: &Path, src: &str, out: &str, extra: &[&str]) -> PathBuf {
-    let src = crate::util::source(src);
-    let exe = dir.join(out);
-    let o =
-        Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src).args(extra).output().expect("gcc runs");
-    assert!(o.status.success(), "gcc {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
-    exe
+    papirus_testkit::Cc::new(crate::util::source(src)).args(extra).build(dir, out)
 }
 
 /// A scratch directory others may read and enter (targets run as uid 65534).

@@ -28,7 +28,7 @@ fn uftrace_installed() -> bool {
 }
 
 fn gcc_runs() -> bool {
-    Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success())
+    papirus_testkit::runs("gcc", &["--version"])
 }
 
 #[test]
@@ -142,14 +142,8 @@ fn run_with_a_cost_file_predicts_the_overhead() {
     let (ok, _) = probe_calibrate(&["--quick", "--only", "probe", "--json", costs.to_str().unwrap()]);
     assert!(ok);
     let file = CostFile::load(&costs).unwrap();
-    let program = dir.path().join("probe_program");
-    let built = Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&program)
-        .arg(crate::util::DEMO)
-        .status()
-        .unwrap();
-    assert!(built.success());
+    let program =
+        papirus_testkit::Cc::new(crate::util::DEMO).arg("-pthread").build(dir.path(), "probe_program");
     let report = dir.path().join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
         .args(["run", "--costs"])

@@ -8,6 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use papirus_testkit::{Cc, target};
 use tempfile::TempDir;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
@@ -23,35 +24,14 @@ struct Built {
     program: PathBuf,
 }
 
-fn gcc(args: &[&std::ffi::OsStr]) {
-    let status = Command::new("gcc").args(args).status().expect("gcc runs");
-    assert!(status.success(), "gcc {args:?}");
-}
-
 fn build() -> Built {
     let dir = tempfile::tempdir().unwrap();
-    let targets = papirus_testkit::target("");
-    let lib = dir.path().join("libcli.so");
-    let program = dir.path().join("cli_program");
-    gcc(&[
-        "-O2".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        lib.as_ref(),
-        targets.join("cli_lib.c").as_ref(),
-    ]);
-    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
-    let libdir = format!("-L{}", dir.path().display());
-    gcc(&[
-        "-O2".as_ref(),
-        "-o".as_ref(),
-        program.as_ref(),
-        targets.join("cli_program.c").as_ref(),
-        libdir.as_ref(),
-        "-lcli".as_ref(),
-        rpath.as_ref(),
-    ]);
+    Cc::new(target("cli_lib.c")).shared().build(dir.path(), "libcli.so");
+    let program = Cc::new(target("cli_program.c"))
+        .arg(format!("-L{}", dir.path().display()))
+        .arg("-lcli")
+        .arg(format!("-Wl,-rpath,{}", dir.path().display()))
+        .build(dir.path(), "cli_program");
     Built { dir, program }
 }
 
@@ -357,8 +337,7 @@ fn assert_consistent(what: &str, report: &str) {
 #[test]
 fn printed_reports_keep_inclusive_above_exclusive() {
     let dir = tempfile::tempdir().unwrap();
-    let program = dir.path().join("probe_program");
-    gcc(&["-O2".as_ref(), "-pthread".as_ref(), "-o".as_ref(), program.as_ref(), crate::util::DEMO.as_ref()]);
+    let program = Cc::new(crate::util::DEMO).arg("-pthread").build(dir.path(), "probe_program");
     // Recursion, longjmp and threads.
     let o = probe().args(["run", "--full", "--wide", "--"]).arg(&program).output().unwrap();
     let err = text(&o.stderr);
