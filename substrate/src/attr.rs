@@ -86,7 +86,8 @@ pub enum Kind {
 
 /// A perf event description. Defaults: disabled at open (enable explicitly),
 /// domain user only (see [`EventAttr::default_domain`] for the PMUs where
-/// that cannot work), no inherit, not pinned, not exclusive.
+/// that cannot work), no inherit, not pinned, not exclusive, not enabled
+/// by an exec.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventAttr {
     name: String,
@@ -100,6 +101,7 @@ pub struct EventAttr {
     inherit: bool,
     pinned: bool,
     exclusive: bool,
+    enable_on_exec: bool,
     /// The string a uprobe's config1 points to, kept alive with the description.
     uprobe_path: Option<CString>,
 }
@@ -119,6 +121,7 @@ impl EventAttr {
             inherit: false,
             pinned: false,
             exclusive: false,
+            enable_on_exec: false,
             uprobe_path: None,
         }
     }
@@ -168,6 +171,13 @@ impl EventAttr {
     /// Asks for the PMU to itself while the group is scheduled.
     pub fn exclusive(&mut self, on: bool) -> &mut Self {
         self.exclusive = on;
+        self
+    }
+    /// Enables the event when its task next calls `execve`, so a task opened
+    /// before its exec counts exactly the new program (as `perf stat` counts a
+    /// command it starts).
+    pub fn enable_on_exec(&mut self, on: bool) -> &mut Self {
+        self.enable_on_exec = on;
         self
     }
     /// Points config1 at a path for the uprobe PMU; the string lives with `self`.
@@ -240,6 +250,7 @@ impl EventAttr {
         a.set_inherit(u64::from(self.inherit));
         a.set_pinned(u64::from(self.pinned));
         a.set_exclusive(u64::from(self.exclusive));
+        a.set_enable_on_exec(u64::from(self.enable_on_exec));
         a
     }
 }

@@ -45,7 +45,9 @@
 //! `uprobe:PATH:SYMBOL[+OFF]` and `uretprobe:PATH:SYMBOL`: PATH is made
 //! absolute; the probe sits at the file offset of SYMBOL (plus OFF), computed
 //! from the ELF program headers. Symbols are the stored (mangled) names;
-//! `name@VERSION` selects a symbol version.
+//! `name@VERSION` selects a symbol version. `uprobe:PATH:0xADDR` probes a
+//! link-time address of PATH, as `perf probe -x PATH 0xADDR` does (code
+//! with no symbol, such as an IFUNC's implementation in a stripped libc).
 
 use std::ffi::CString;
 use std::fs;
@@ -719,7 +721,7 @@ impl Parser {
         Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None })
     }
 
-    /// `uprobe:PATH:SYMBOL[+OFF]`, `uretprobe:PATH:SYMBOL`.
+    /// `uprobe:PATH:SYMBOL[+OFF]`, `uretprobe:PATH:SYMBOL`, or `0xADDR` for SYMBOL.
     fn uprobe(&self, event: &str, rest: &str, ret: bool) -> Result<ParsedEvent> {
         let prefix = if ret { "uretprobe" } else { "uprobe" };
         let Some((path, target)) = rest.rsplit_once(':') else {
@@ -755,14 +757,19 @@ impl Parser {
             source,
         })?;
         let elf = ElfFile::open(&abs)?;
-        let sym = elf.lookup_function(symbol)?;
-        if offset != 0 && sym.size != 0 && offset >= sym.size {
-            return Err(malformed(
-                event,
-                format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size),
-            ));
-        }
-        let vaddr = sym.address + offset;
+        let vaddr = match symbol.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()) {
+            Some(addr) => addr + offset,
+            None => {
+                let sym = elf.lookup_function(symbol)?;
+                if offset != 0 && sym.size != 0 && offset >= sym.size {
+                    return Err(malformed(
+                        event,
+                        format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size),
+                    ));
+                }
+                sym.address + offset
+            }
+        };
         let file_offset = elf.vaddr_to_file_offset(vaddr).ok_or_else(|| Error::Elf {
             path: abs.clone(),
             reason: format!("`{symbol}` at {vaddr:#x} lies in no loadable segment"),

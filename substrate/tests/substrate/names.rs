@@ -6,6 +6,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
+use papirus_substrate::elf::ElfFile;
 use papirus_substrate::{Counter, Error, EventAttr, Kind, Parser, Target, parse_event};
 
 use papirus_testkit::{Cc, skip, target};
@@ -107,6 +108,9 @@ fn uprobe_offset_matches_this_process_mapping() {
         p.parse(&format!("uprobe:{exe_text}:papirus_names_bp_target+4")).unwrap().config2_value(),
         offset + 4
     );
+    // The same place by its link-time address.
+    let vaddr = ElfFile::open(&exe).unwrap().lookup_function("papirus_names_bp_target").unwrap().address;
+    assert_eq!(p.parse(&format!("uprobe:{exe_text}:{vaddr:#x}")).unwrap().config2_value(), offset);
     let r = p.parse(&format!("uretprobe:{exe_text}:papirus_names_bp_target")).unwrap();
     let bit = up.format("retprobe").unwrap().scatter(1).unwrap();
     assert_eq!((r.config_value(), r.config2_value()), (bit, offset));

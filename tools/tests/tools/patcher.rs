@@ -4,20 +4,19 @@
 //! run` on a program built here or a Python of this machine, compared with
 //! the uninstrumented run and with kernel uprobe counts.
 
-use std::ffi::CString;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
 use papirus_probe_abi as rt;
+use papirus_substrate::{Counter, Target as CountTarget, parse_event};
+use papirus_testkit::{Cc, target};
 
 fn build(dir: &Path, src: &str, extra: &[&str]) -> PathBuf {
-    let src = papirus_testkit::target(src);
-    let out = dir.join(src.file_stem().unwrap());
-    let ok = Command::new("gcc").args(["-O2", "-o"]).arg(&out).arg(&src).args(extra).status().unwrap();
-    assert!(ok.success(), "building {}", src.display());
-    out
+    let name = src.strip_suffix(".c").unwrap_or(src);
+    Cc::new(target(src)).args(extra).build(dir, name)
 }
 
 fn probe_run(out: &Path, opts: &[&str], program: &[&str]) -> Output {
@@ -50,43 +49,23 @@ enum At<'a> {
 }
 
 /// A counting uprobe at `at` of the file `path` in process `pid`, enabled when it execs.
-fn uprobe(path: &Path, at: At, pid: i32) -> std::io::Result<OwnedFd> {
-    use perf_event_open_sys::bindings::perf_event_attr;
-    let data = std::fs::read(path)?;
-    let obj = object::File::parse(&*data).unwrap();
-    let addr = match at {
-        At::Symbol(symbol) => obj.symbols().find(|s| s.name() == Ok(symbol)).unwrap().address(),
-        At::Address(a) => a,
+fn uprobe(path: &Path, at: At, pid: i32) -> Result<Counter, papirus_substrate::Error> {
+    let place = match at {
+        At::Symbol(symbol) => symbol.to_string(),
+        At::Address(a) => format!("{a:#x}"),
     };
-    let seg = obj.segments().find(|g| (g.address()..g.address() + g.size()).contains(&addr)).unwrap();
-    let offset = addr - seg.address() + seg.file_range().0;
-    let ty: u32 =
-        std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?.trim().parse().unwrap();
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    let mut attr =
-        perf_event_attr { size: size_of::<perf_event_attr>() as u32, type_: ty, ..Default::default() };
-    attr.uprobe_path = c.as_ptr() as u64;
-    attr.probe_offset = offset;
-    attr.set_disabled(1);
-    attr.set_enable_on_exec(1);
-    // SAFETY: a valid attr whose path outlives the call; a counting event on one process.
-    let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, pid, -1, -1, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: perf_event_open returned a new fd that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-fn read_count(fd: &OwnedFd) -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    std::fs::File::from(fd.try_clone().unwrap()).read_exact(&mut b).expect("read a perf counter");
-    u64::from_ne_bytes(b)
+    let mut attr = parse_event(&format!("uprobe:{}:{place}", path.display()))?;
+    attr.enable_on_exec(true);
+    attr.open(CountTarget::Task(pid))
 }
 
 /// Kernel uprobe counts at `places` of `file` over one plain run of `program`, or the kernel's reason.
-fn uprobe_counts(program: &Path, args: &[&str], file: &Path, places: &[At]) -> std::io::Result<Vec<u64>> {
+fn uprobe_counts(
+    program: &Path,
+    args: &[&str],
+    file: &Path,
+    places: &[At],
+) -> Result<Vec<u64>, papirus_substrate::Error> {
     // A shell that stops itself, then execs the program: the counters exist
     // before the program's first instruction and count from its exec on.
     let mut child = Command::new("sh")
@@ -95,15 +74,12 @@ fn uprobe_counts(program: &Path, args: &[&str], file: &Path, places: &[At]) -> s
         .args(args)
         .spawn()
         .unwrap();
-    let pid = child.id() as i32;
-    let mut st = 0;
-    // SAFETY: waits for our own child's stop; st outlives the call.
-    assert_eq!(unsafe { libc::waitpid(pid, &mut st, libc::WUNTRACED) }, pid);
-    let fds = places.iter().map(|&at| uprobe(file, at, pid)).collect::<std::io::Result<Vec<_>>>();
-    // SAFETY: signals our own stopped child.
-    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let pid = Pid::from_raw(child.id() as i32);
+    assert!(matches!(waitpid(pid, Some(WaitPidFlag::WUNTRACED)), Ok(WaitStatus::Stopped(..))));
+    let counters = places.iter().map(|&at| uprobe(file, at, pid.as_raw())).collect::<Result<Vec<_>, _>>();
+    kill(pid, Signal::SIGCONT).unwrap();
     assert!(child.wait().unwrap().success());
-    Ok(fds?.iter().map(read_count).collect())
+    counters?.iter().map(|c| Ok(c.read()?.raw)).collect()
 }
 
 #[test]
