@@ -23,6 +23,7 @@ pub mod pmu;
 pub mod ring;
 pub mod sample;
 pub mod signal;
+pub mod stdio;
 pub mod symbolize;
 pub mod sys;
 pub mod vclock;

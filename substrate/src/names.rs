@@ -64,26 +64,6 @@ use crate::pmu::{ConfigWord, Pmu, PmuSet};
 /// Where tracefs is looked for, in order.
 pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
 
-/// Whether stdout was open when this process started: Rust's runtime
-/// reopens a closed descriptor 0-2 on /dev/null read-write before `main`,
-/// while a shell's `>/dev/null` opens it write-only. For the command-line
-/// tools, which refuse a closed stdout. `true` where /proc is not mounted.
-pub fn stdout_was_open() -> bool {
-    let Ok(target) = fs::read_link("/proc/self/fd/1") else {
-        return !Path::new("/proc/self/fd").is_dir();
-    };
-    if target != Path::new("/dev/null") {
-        return true;
-    }
-    let info = fs::read_to_string("/proc/self/fdinfo/1").unwrap_or_default();
-    let flags = info
-        .lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
-        .unwrap_or(0);
-    flags & libc::O_ACCMODE as u32 != libc::O_RDWR as u32
-}
-
 /// The tracefs root in use, mounting tracefs at [`TRACEFS_ROOTS`]`[0]` first
 /// when it is mounted at none of them, as perf does. Call it before the
 /// first parse ([`default_parser`] looks for tracefs once). The error says

@@ -48,12 +48,10 @@ pub fn run_tool<E: Display>(name: &str, work: impl FnOnce() -> Result<ExitCode, 
     })
 }
 
-/// Whether stdout was open when the tool started. Rust's runtime reopens
-/// a closed descriptor 0-2 on /dev/null read-write before `main`, so a
-/// closed stdout shows as /dev/null opened `O_RDWR`; a shell's `>/dev/null`
-/// opens it write-only. Assumed open where /proc is not mounted.
+/// Whether stdout was open when the tool started (Rust's runtime reopens a
+/// closed one on /dev/null before `main`; see [`papirus_substrate::stdio`]).
 pub fn stdout_is_open() -> bool {
-    papirus_substrate::names::stdout_was_open()
+    !papirus_substrate::stdio::closed_at_start(1)
 }
 
 /// Writes `text` to stdout and flushes it; a write error becomes a [`Failure`].

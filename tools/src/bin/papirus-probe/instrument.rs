@@ -426,10 +426,8 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
 
 /// Ends the tool by `sig` with its default action (the exit status a shell reports).
 fn reraise(sig: Signal) -> ! {
-    use nix::sys::signal::{SigHandler, raise, signal};
-    // SAFETY: restoring the default disposition installs no handler of ours.
-    let _ = unsafe { signal(sig, SigHandler::SigDfl) };
-    let _ = raise(sig);
+    let _ = papirus_substrate::signal::set_default(sig as i32);
+    let _ = nix::sys::signal::raise(sig);
     let mut only = SigSet::empty();
     only.add(sig);
     let _ = only.thread_unblock();
