@@ -208,13 +208,9 @@ thread_local! {
     };
 }
 
-/// The calling thread's id from `/proc/thread-self` (no unsafe gettid call
-/// needed; read once per thread).
+/// The calling thread's kernel id (read once per thread).
 fn read_tid() -> Tid {
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()))
-        .unwrap_or_else(|| std::process::id() as Tid)
+    papirus_substrate::signal::gettid() as Tid
 }
 
 /// The calling thread's kernel id, registering the thread on first use.

@@ -2,8 +2,11 @@
 //!
 //! The only crate of papirus that talks to `perf_event_open(2)`, its ioctls
 //! and mmap'd pages, the TSC, and sysfs. Everything unsafe lives in
-//! [`sys`] (syscalls), [`mmap`] (kernel pages) and [`arch`] (rdtsc, cpuid,
-//! rdpmc); the rest is safe Rust.
+//! [`sys`] (syscalls), [`mmap`] (counter pages), [`ring`] (sample ring
+//! buffer pages), [`arch`] (rdtsc, cpuid, rdpmc), [`signal`] (the overflow
+//! signal handler and signal dispositions), [`exit`] (`atexit`) and
+//! [`stdio`] (the start-up check of the standard streams); the rest is safe
+//! Rust.
 #![deny(unsafe_code)]
 
 pub mod arch;

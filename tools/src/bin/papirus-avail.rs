@@ -1,5 +1,6 @@
 //! papirus-avail: the machine, then every PAPI preset with whether it can be
 //! counted here, whether it is derived, and why not when not.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

@@ -1,6 +1,7 @@
 //! `papirus-hwinfo`: what this machine offers papirus — CPU, topology,
 //! caches, TSC, hypervisor, hardware counters, perf PMUs — as a table, or
 //! as JSON with `--json`.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::process::ExitCode;

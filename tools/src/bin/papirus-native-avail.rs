@@ -1,6 +1,7 @@
 //! papirus-native-avail: every native event of this machine by PMU, with
 //! its code and description; `--check` opens each one, `--measure` also
 //! counts a short known workload with every event that opens.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 

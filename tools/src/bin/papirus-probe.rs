@@ -1,5 +1,6 @@
 //! `papirus-probe`: list a program's functions, instrument them in a program
 //! it starts or in a running process, and print what they cost.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::process::ExitCode;

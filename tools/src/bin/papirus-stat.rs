@@ -634,13 +634,10 @@ fn measure(
 /// Raises the soft limit on open descriptors to the hard one, as perf does:
 /// every counted event holds a descriptor (2,300 tracepoints need 2,300).
 fn raise_descriptor_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `lim` is a valid out-pointer, then a valid in-pointer, for each call.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum });
     }
 }
 
