@@ -522,11 +522,11 @@ fn align_down(x: u64, align: u64) -> u64 {
     if align.is_power_of_two() { x & !(align - 1) } else { x }
 }
 
-/// The `n` names closest to `target` by edit distance, ties broken by name.
+/// The `n` names closest to `target` by Levenshtein distance, ties broken
+/// by name.
 ///
 /// Cheap on large symbol tables: once `n` candidates are held, a name is
-/// skipped when its length alone puts it farther than the worst of them,
-/// and the distance computation stops as soon as it exceeds that bound.
+/// skipped when its length alone puts it farther than the worst of them.
 pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
     let mut best: Vec<(usize, &str)> = Vec::with_capacity(n + 1);
     for name in names {
@@ -534,7 +534,10 @@ pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize)
         if n == 0 || target.len().abs_diff(name.len()) > bound || best.iter().any(|(_, b)| *b == name) {
             continue;
         }
-        let Some(d) = edit_distance_within(target, name, bound) else { continue };
+        let d = strsim::levenshtein(target, name);
+        if d > bound {
+            continue;
+        }
         let pos = best.partition_point(|e| *e < (d, name));
         if pos < n {
             best.insert(pos, (d, name));
@@ -542,33 +545,6 @@ pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize)
         }
     }
     best.into_iter().map(|(_, s)| s.to_string()).collect()
-}
-
-/// Levenshtein distance over bytes.
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    edit_distance_within(a, b, usize::MAX).unwrap_or(usize::MAX)
-}
-
-/// The edit distance when it is at most `bound`, else `None` (found early:
-/// a row's minimum never decreases further down).
-fn edit_distance_within(a: &str, b: &str, bound: usize) -> Option<usize> {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, &ca) in a.iter().enumerate() {
-        cur[0] = i + 1;
-        let mut row_min = cur[0];
-        for (j, &cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-            row_min = row_min.min(cur[j + 1]);
-        }
-        if row_min > bound {
-            return None;
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    (prev[b.len()] <= bound).then_some(prev[b.len()])
 }
 
 /// Extracts owned tables from the borrowed parse.
@@ -880,14 +856,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn edit_distance_basics() {
-        assert_eq!(edit_distance("main", "main"), 0);
-        assert_eq!(edit_distance("mian", "main"), 2);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    fn closest_names() {
         assert_eq!(closest("mian", ["main", "zzzz", "mainly", "maim"].into_iter(), 2), vec!["main", "maim"]);
-        assert_eq!(edit_distance_within("kitten", "sitting", 2), None);
-        assert_eq!(edit_distance_within("kitten", "sitting", 3), Some(3));
         assert!(closest("x", ["a", "b"].into_iter(), 0).is_empty());
         // The pruned search agrees with sorting every distance.
         let names: Vec<String> = (0..400u32)
@@ -895,7 +865,7 @@ mod tests {
             .collect();
         for target in ["fn_12_ab", "fn_9", "zzzz", "fn_123_abababab", ""] {
             let mut all: Vec<(usize, &str)> =
-                names.iter().map(|n| (edit_distance(target, n), n.as_str())).collect();
+                names.iter().map(|n| (strsim::levenshtein(target, n), n.as_str())).collect();
             all.sort_unstable();
             all.dedup();
             let brute: Vec<String> = all.iter().take(3).map(|(_, n)| n.to_string()).collect();
