@@ -378,19 +378,9 @@ fn cpu_list(list: &str, cpus: usize) -> Result<Vec<u32>, Failure> {
             cpus - 1
         ))
     };
-    let mut out = vec![];
-    for p in list.split(',').map(str::trim) {
-        let (a, b) = match p.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().map_err(|_| bad())?, b.parse::<u32>().map_err(|_| bad())?),
-            None => {
-                let a = p.parse::<u32>().map_err(|_| bad())?;
-                (a, a)
-            }
-        };
-        if a > b || b as usize >= cpus {
-            return Err(bad());
-        }
-        out.extend(a..=b);
+    let mut out = papirus_substrate::pmu::parse_cpulist(list).map_err(|_| bad())?;
+    if out.is_empty() || out.iter().any(|&c| c as usize >= cpus) {
+        return Err(bad());
     }
     out.sort_unstable();
     out.dedup();
