@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::rc::Rc;
 
-use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult};
+use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult, Stats};
 use papirus_probe_abi::Probe;
 
 use papirus_probe::session::cost::{self, Body, Target, Tiny};
@@ -234,12 +234,6 @@ fn driver_run(cmd: &mut Command, what: &str) -> Result<DriverRun, String> {
     Ok(r)
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 /// The calls of `tiny` in `uftrace report`'s table (`total self calls name`).
 fn reported_calls(report: &str) -> Option<u64> {
     report.lines().find_map(|l| {
@@ -295,7 +289,7 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
     let cycles = traced.ns.iter().map(|ns| ns * per_ns).collect();
     let mut c = Cost::from_samples(b.ticks(), b.plan(), UFTRACE, D_UFTRACE, None, cycles, UFTRACE_BATCH)
         .ok_or("no uftrace samples")?;
-    let plain_ns = median(&plain.ns);
+    let plain_ns = Stats::of(&mut plain.ns.clone()).map_or(f64::NAN, |s| s.median);
     let added = c.ns.median - plain_ns;
     let version = run(Command::new(uftrace).arg("--version"), "uftrace --version")
         .map(|v| v.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
