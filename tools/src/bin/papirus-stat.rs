@@ -319,7 +319,7 @@ fn run(args: &Args) -> Result<ExitCode, Failure> {
     // Tracepoints are `subsystem:name`; other names with a colon are cheap to
     // over-approximate (the mount happens at most once per boot).
     if plan.names.iter().any(|n| n.contains(':') && !n.starts_with("mem:") && !n.contains("probe:")) {
-        mount_tracefs_if_absent();
+        papirus_tools::cli::mount_tracefs("papirus-stat", "");
     }
     raise_descriptor_limit();
     let lib = init()?;
@@ -361,14 +361,6 @@ fn run(args: &Args) -> Result<ExitCode, Failure> {
     }
     drop(open);
     Ok(code)
-}
-
-/// Mounts tracefs when it is mounted nowhere, as perf does; where that is
-/// not permitted, says how, and tracepoint names fail with the parser's reason.
-fn mount_tracefs_if_absent() {
-    if let Err(why) = names::ensure_tracefs() {
-        let _ = writeln!(std::io::stderr(), "papirus-stat: {why}");
-    }
 }
 
 fn cpu_list(list: &str, cpus: usize) -> Result<Vec<u32>, Failure> {
