@@ -313,42 +313,54 @@ impl Process {
                 Some(ev) => ev,
                 None => return Err(self.stuck(tid)),
             };
-            match ev {
-                // A leftover interrupt or a group-stop: carry on.
-                Event::Stopped | Event::Syscall => {}
-                Event::Clone(new) => {
-                    self.threads.entry(new).or_default();
-                    self.wait_stopped([new].into(), "stop")?;
+            if let Event::Signal(sig) = ev {
+                let r = self.regs(tid)?;
+                match until {
+                    Until::Step(end) if sig == libc::SIGTRAP && r.rip == end => return Ok(r),
+                    Until::Return if sig == libc::SIGSEGV && r.rip == RETURN_TRAP => return Ok(r),
+                    _ => {}
                 }
-                Event::Signal(sig) => {
-                    let r = self.regs(tid)?;
-                    match until {
-                        Until::Step(end) if sig == libc::SIGTRAP && r.rip == end => return Ok(r),
-                        Until::Return if sig == libc::SIGSEGV && r.rip == RETURN_TRAP => return Ok(r),
-                        _ => {}
-                    }
-                    if matches!(
-                        sig,
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
-                    ) {
-                        let addr =
-                            ptrace::getsiginfo(Pid::from_raw(tid)).map_or(0, |si| sys::fault_addr(&si));
-                        return Err(Error::RemoteFault { func, tid, signal: sig, rip: r.rip, addr });
-                    }
-                    // Someone else's signal: hold it for the target, run on.
-                    self.thread(tid).pending.push(sig);
-                }
-                Event::Exiting(status) => {
-                    self.thread(tid).exit = Some(status);
-                    return Err(self.exited("remote execution", status));
-                }
-                Event::Gone(status) => {
-                    self.threads.remove(&tid);
-                    return Err(self.exited("remote execution", status));
-                }
-                Event::Exec => return Err(self.exec_error("remote execution")),
             }
+            // Anything else left (a leftover interrupt, a group-stop): carry on.
+            self.remote_stop(tid, ev, func)?;
         }
+    }
+
+    /// Deals with a stop of remote code `func` on `tid` as every remote run
+    /// does: a new thread is waited for; a fault (SIGSEGV, SIGBUS, SIGILL,
+    /// SIGFPE, SIGTRAP) is the code's error; another signal is held for the
+    /// target; the process ending or replacing its image ends the run. What
+    /// is left (a system-call stop, an interrupt or group stop) is returned.
+    pub(super) fn remote_stop(&mut self, tid: i32, ev: Event, func: u64) -> Result<Option<Event>> {
+        match ev {
+            Event::Stopped | Event::Syscall => return Ok(Some(ev)),
+            Event::Clone(new) => {
+                self.threads.entry(new).or_default();
+                self.wait_stopped([new].into(), "stop")?;
+            }
+            Event::Signal(sig)
+                if matches!(
+                    sig,
+                    libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
+                ) =>
+            {
+                let rip = self.regs(tid)?.rip;
+                let addr = ptrace::getsiginfo(Pid::from_raw(tid)).map_or(0, |si| sys::fault_addr(&si));
+                return Err(Error::RemoteFault { func, tid, signal: sig, rip, addr });
+            }
+            // Someone else's signal: hold it for the target, run on.
+            Event::Signal(sig) => self.thread(tid).pending.push(sig),
+            Event::Exiting(status) => {
+                self.thread(tid).exit = Some(status);
+                return Err(self.exited("remote execution", status));
+            }
+            Event::Gone(status) => {
+                self.threads.remove(&tid);
+                return Err(self.exited("remote execution", status));
+            }
+            Event::Exec => return Err(self.exec_error("remote execution")),
+        }
+        Ok(None)
     }
 
     /// After a timeout: stop the thread again so its registers can be restored.

@@ -238,45 +238,17 @@ impl Process {
             let Some(ev) = wait::event(tid, deadline)? else {
                 return Err(self.stuck(tid));
             };
-            match ev {
-                Event::Syscall => {
-                    if let Some(v) = result {
-                        // The exit stop of rt_sigreturn: the thread is itself again.
-                        return Ok(v);
-                    }
-                    let r = self.regs(tid)?;
-                    if r.orig_rax == SYS_RT_SIGRETURN && r.rip == end {
-                        result = Some(self.read_u64(slot)?);
-                    }
+            // Every other signal is blocked: a fault is the remote code's; SIGSTOP,
+            // which cannot be blocked, is held for the target.
+            if self.remote_stop(tid, ev, end)? == Some(Event::Syscall) {
+                if let Some(v) = result {
+                    // The exit stop of rt_sigreturn: the thread is itself again.
+                    return Ok(v);
                 }
-                Event::Stopped => {}
-                Event::Clone(new) => {
-                    self.threads.entry(new).or_default();
-                    self.wait_stopped([new].into(), "stop")?;
+                let r = self.regs(tid)?;
+                if r.orig_rax == SYS_RT_SIGRETURN && r.rip == end {
+                    result = Some(self.read_u64(slot)?);
                 }
-                // Every other signal is blocked: a fault is the remote code's.
-                Event::Signal(sig)
-                    if matches!(
-                        sig,
-                        libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
-                    ) =>
-                {
-                    let r = self.regs(tid)?;
-                    let addr = nix::sys::ptrace::getsiginfo(nix::unistd::Pid::from_raw(tid))
-                        .map_or(0, |si| sys::fault_addr(&si));
-                    return Err(Error::RemoteFault { func: end, tid, signal: sig, rip: r.rip, addr });
-                }
-                // SIGSTOP cannot be blocked: hold it for the target.
-                Event::Signal(sig) => self.thread(tid).pending.push(sig),
-                Event::Exiting(status) => {
-                    self.thread(tid).exit = Some(status);
-                    return Err(self.exited("remote execution", status));
-                }
-                Event::Gone(status) => {
-                    self.threads.remove(&tid);
-                    return Err(self.exited("remote execution", status));
-                }
-                Event::Exec => return Err(self.exec_error("remote execution")),
             }
         }
     }
