@@ -99,7 +99,7 @@ enum Command {
         function instrumented, printing the profile. Takes the options of `run`.\n\n\
         Examples:\n  papirus-probe demo\n  papirus-probe demo --probe counters --events task-clock,page-faults",
         after_long_help = EXIT_HELP)]
-    Demo(instrument::DemoArgs),
+    Demo(instrument::Measure),
     /// papirus-calibrate with the probe rows: what an instrumented call costs
     /// here (trampoline with each probe, uprobe+uretprobe, the uninstrumented
     /// call) beside every papirus primitive; `calibrate --help` for its options.

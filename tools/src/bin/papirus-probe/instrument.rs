@@ -125,9 +125,10 @@ impl ViewArgs {
     }
 }
 
-/// `run` arguments.
-#[derive(Args, Debug)]
-pub struct RunArgs {
+/// What `run`, `attach` and `demo` take alike: the probe, how the summary
+/// is shown, and whether the full report is.
+#[derive(Args, Debug, Clone)]
+pub struct Measure {
     #[command(flatten)]
     probe: ProbeArgs,
     #[command(flatten)]
@@ -136,21 +137,16 @@ pub struct RunArgs {
     /// instead of the summary.
     #[arg(long)]
     full: bool,
+}
+
+/// `run` arguments.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    measure: Measure,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     command: Vec<OsString>,
-}
-
-/// `demo` arguments.
-#[derive(Args, Debug)]
-pub struct DemoArgs {
-    #[command(flatten)]
-    probe: ProbeArgs,
-    #[command(flatten)]
-    view: ViewArgs,
-    /// Print the full report on stderr instead of the summary.
-    #[arg(long)]
-    full: bool,
 }
 
 /// The bundled example: nested calls, recursion, several return paths, a
@@ -159,19 +155,14 @@ const DEMO_SOURCE: &str = include_str!("demo.c");
 
 /// `papirus-probe demo`: builds the bundled example with gcc and runs it
 /// instrumented, as `run` would.
-pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
+pub fn demo(args: &Measure) -> Result<u8, Failure> {
     // A fresh private directory (mkdtemp, mode 0700): nobody else can have
     // put a source, a binary or a link in it before gcc writes there.
     let dir = tempfile::Builder::new().prefix("papirus-probe-demo-").tempdir()?;
     let exe = papirus_probe::session::cost::gcc(dir.path(), "probe_program", DEMO_SOURCE, &["-pthread"])
         .map_err(|e| e.to_string())?;
     note(&format!("papirus-probe: built the demo program {} from the bundled source", exe.display()));
-    let result = run(&RunArgs {
-        probe: args.probe.clone(),
-        view: args.view.clone(),
-        full: args.full,
-        command: vec![exe.clone().into_os_string()],
-    });
+    let result = run(&RunArgs { measure: args.clone(), command: vec![exe.clone().into_os_string()] });
     drop(dir);
     result
 }
@@ -181,16 +172,11 @@ pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
 pub struct AttachArgs {
     /// The running process.
     pid: i32,
-    #[command(flatten)]
-    probe: ProbeArgs,
     /// Measure this many seconds (decimals allowed), then detach (default: until Ctrl-C).
     #[arg(long, value_name = "S", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<Duration>,
     #[command(flatten)]
-    view: ViewArgs,
-    /// Print the full report on stderr instead of the summary.
-    #[arg(long)]
-    full: bool,
+    measure: Measure,
 }
 
 /// The longest `--duration`: a year, far beyond any measurement and within `Duration`.
@@ -321,9 +307,9 @@ fn status_of(exit: Exit) -> Result<u8, Failure> {
 
 /// `papirus-probe run`: returns the target's exit status.
 pub fn run(args: &RunArgs) -> Result<u8, Failure> {
-    let (p, events, selection, runtime) = args.probe.parts()?;
-    let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref())?;
+    let (p, events, selection, runtime) = args.measure.probe.parts()?;
+    let costs = load_costs(args.measure.probe.costs.as_deref())?;
+    let file = ReportFile::new(args.measure.probe.output.as_deref())?;
     let opts = RunOptions {
         probe: p,
         events,
@@ -332,14 +318,14 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         program: PathBuf::from(&args.command[0]),
         args: args.command[1..].to_vec(),
         runtime,
-        per_thread: args.probe.per_thread,
+        per_thread: args.measure.probe.per_thread,
     };
     let s = session::run(&opts)?;
-    let mut view = args.view.view(None);
+    let mut view = args.measure.view.view(None);
     let ended = if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() };
     view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
-    show(&file, costs, &args.probe, view, args.full)?;
+    show(&file, costs, &args.measure.probe, view, args.measure.full)?;
     status_of(s.exit)
 }
 
@@ -368,9 +354,9 @@ fn ending_signals() -> SigSet {
 /// normal end of the measurement; any other of these signals is raised again
 /// afterwards with its default action, so the exit status says what ended us.
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
-    let (p, events, selection, runtime) = args.probe.parts()?;
-    let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref())?;
+    let (p, events, selection, runtime) = args.measure.probe.parts()?;
+    let costs = load_costs(args.measure.probe.costs.as_deref())?;
+    let file = ReportFile::new(args.measure.probe.output.as_deref())?;
     let duration = args.duration;
     let ending = ending_signals();
     ending.thread_block()?;
@@ -391,14 +377,14 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         output: file.path.clone(),
         duration,
         runtime,
-        per_thread: args.probe.per_thread,
+        per_thread: args.measure.probe.per_thread,
     };
     let attached = session::attach(&opts, &STOP);
     let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
     if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
         note(&format!("papirus-probe: {sig} received: pid {} restored and detached", args.pid));
         match &attached {
-            Ok(_) if args.probe.output.is_some() => {
+            Ok(_) if args.measure.probe.output.is_some() => {
                 note(&format!("papirus-probe: report in {}", file.path.display()))
             }
             Ok(_) => {}
@@ -407,7 +393,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         reraise(sig);
     }
     let s = attached?;
-    let mut view = args.view.view(None);
+    let mut view = args.measure.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
     view.notes.push(("stopped".into(), format!("{:.1} ms to instrument", s.stop_window.as_secs_f64() * 1e3)));
     for c in &s.children {
@@ -420,7 +406,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     };
     view.notes.push(("trampolines".into(), tramps));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
-    show(&file, costs, &args.probe, view, args.full)?;
+    show(&file, costs, &args.measure.probe, view, args.measure.full)?;
     Ok(0)
 }
 
