@@ -3,6 +3,7 @@
 //! ends, bounded memory with many threads, forks, and nothing of papirus left
 //! in a target after detach.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -10,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use papirus_probe_abi::{FORMAT_VERSION, Report};
 use papirus_testkit::{Built, Cc};
+
+use crate::util::probe_run;
 
 /// The target, built for one test into a directory of its own.
 fn target() -> Built {
@@ -37,14 +40,11 @@ fn calls(r: &Report, name: &str) -> u64 {
 fn run(exe: &Path, dir: &Path, args: &[&str]) -> (Report, String) {
     let out = dir.join("report.json");
     std::fs::write(&out, "stale").unwrap();
-    let o = probe()
-        .args(["run", "-f", "leaf,calls,worker,exiter,spawn_child", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(exe)
-        .args(args)
-        .output()
-        .unwrap();
+    let o = probe_run(
+        &out,
+        &["-f", "leaf,calls,worker,exiter,spawn_child"],
+        [exe.as_os_str()].into_iter().chain(args.iter().map(OsStr::new)),
+    );
     let stderr = String::from_utf8_lossy(&o.stderr).to_string();
     // The target's own status passes on; 125–127 are papirus-probe's failures.
     assert!(!matches!(o.status.code(), None | Some(125..=127)), "{stderr}");
@@ -154,14 +154,11 @@ fn thread_rss_growth_under_run_is_bounded() {
     let exe = target();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report.json");
-    let o = probe()
-        .args(["run", "-f", "leaf,calls,worker,exiter", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .args(["threads", "2000"])
-        .output()
-        .unwrap();
+    let o = probe_run(
+        &out,
+        &["-f", "leaf,calls,worker,exiter"],
+        [exe.as_os_str(), "threads".as_ref(), "2000".as_ref()],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rss = |stdout: &[u8]| -> Vec<i64> {
         let text = String::from_utf8_lossy(stdout).to_string();
@@ -354,14 +351,11 @@ fn per_thread_keeps_a_bounded_number_of_ended_threads() {
     let (r, _) = run(&exe, dir.path(), &["threads", "2000"]);
     let folded_by_default = r.threads.len();
     let out = dir.path().join("per-thread.json");
-    let o = probe()
-        .args(["run", "--per-thread", "-f", "leaf,calls,worker,exiter", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(&exe)
-        .args(["threads", "2000"])
-        .output()
-        .unwrap();
+    let o = probe_run(
+        &out,
+        &["--per-thread", "-f", "leaf,calls,worker,exiter"],
+        [exe.as_os_str(), "threads".as_ref(), "2000".as_ref()],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = read(&out);
     assert_eq!(calls(&r, "leaf"), 1000 + 2000 * 10);

@@ -1,8 +1,9 @@
 //! What the tool tests share: where the tools and the demo program are, and
 //! the `work` program the counting tools measure.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 use papirus_testkit::{Built, Cc, target};
 
@@ -24,6 +25,11 @@ pub fn probe() -> &'static str {
     env!("CARGO_BIN_EXE_papirus-probe")
 }
 
+/// `papirus-probe run OPTS -o OUT -- PROGRAM ARGS`, run to its end.
+pub fn probe_run<S: AsRef<OsStr>>(out: &Path, opts: &[&str], program: impl IntoIterator<Item = S>) -> Output {
+    Command::new(probe()).arg("run").args(opts).arg("-o").arg(out).arg("--").args(program).output().unwrap()
+}
+
 /// A tool of this crate by name.
 pub fn tool(name: &str) -> Command {
     let path = match name {
@@ -40,4 +46,25 @@ pub fn tool(name: &str) -> Command {
 /// The `work` target (`testkit/targets/work.c`), built for one test.
 pub fn work() -> Built {
     Cc::new(target("work.c")).built("work")
+}
+
+/// Runs a calibration command (`papirus-calibrate`, `papirus-probe
+/// calibrate`) with `args`, echoing its output; its success and stdout.
+pub fn calibration(mut cmd: Command, args: &[&str]) -> (bool, String) {
+    let out = cmd.args(args).output().expect("the calibration runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
+}
+
+/// The cost file at `path` and calibrate's schema validator; the file must match it.
+pub fn cost_file(path: &Path) -> (serde_json::Value, jsonschema::Validator) {
+    let instance: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let schema = workspace().join("calibrate/schema/costfile.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(schema).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> =
+        validator.iter_errors(&instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    (instance, validator)
 }
