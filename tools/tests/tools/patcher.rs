@@ -14,7 +14,7 @@ use papirus_probe_abi as rt;
 use papirus_substrate::{Counter, Target as CountTarget, parse_event};
 use papirus_testkit::{Cc, skip, target};
 
-use crate::util::probe_run;
+use crate::util::{probe_attach, probe_run};
 
 fn build(dir: &Path, src: &str, extra: &[&str]) -> PathBuf {
     let name = src.strip_suffix(".c").unwrap_or(src);
@@ -379,21 +379,7 @@ fn attach_hops_into_memcpy_and_detach_restores_its_bytes() {
     assert_eq!(ready, "ready\n");
     let pid = child.id();
     let out = dir.path().join("r.json");
-    let probed = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
-        .args([
-            "attach",
-            &pid.to_string(),
-            "-m",
-            "libc.so.6",
-            "-f",
-            "memcpy,mempcpy",
-            "--duration",
-            "1",
-            "-o",
-        ])
-        .arg(&out)
-        .output()
-        .unwrap();
+    let probed = probe_attach(pid, &["-m", "libc.so.6", "-f", "memcpy,mempcpy"], "1", &out);
     let stderr = String::from_utf8_lossy(&probed.stderr);
     assert!(probed.status.success() && !stderr.contains("papirus-probe: refused"), "{stderr}");
     let r = report(&out);

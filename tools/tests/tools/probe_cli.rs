@@ -11,6 +11,8 @@ use std::process::{Command, Output, Stdio};
 use papirus_testkit::{Cc, target};
 use tempfile::TempDir;
 
+use crate::util::probe_run;
+
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
 
 /// papirus-probe's own failure, as `--help` documents it.
@@ -163,15 +165,9 @@ fn exclude_and_several_modules_in_one_run() {
     // Repeated, and from a file: long lists do not fit one argument.
     let globs = b.dir.path().join("exclude.txt");
     std::fs::write(&globs, "# leave out\nlib_d\n").unwrap();
-    let o = probe()
-        .args(["run", "--module", "main", "--module", "libcli.so", "--exclude", "lib_c", "--exclude"])
-        .arg(format!("@{}", globs.display()))
-        .arg("-o")
-        .arg(&json)
-        .arg("--")
-        .arg(&b.program)
-        .output()
-        .unwrap();
+    let from_file = format!("@{}", globs.display());
+    let opts = ["--module", "main", "--module", "libcli.so", "--exclude", "lib_c", "--exclude", &from_file];
+    let o = probe_run(&json, &opts, [&b.program]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -373,15 +369,8 @@ fn probe_cost_is_shown_and_subtracted() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
     let json = dir.join("r.json");
-    let o = probe()
-        .args(["run", "--module", "main,libcli.so", "--costs"])
-        .arg(&costs)
-        .arg("-o")
-        .arg(&json)
-        .arg("--")
-        .arg(&b.program)
-        .output()
-        .unwrap();
+    let o =
+        probe_run(&json, &["--module", "main,libcli.so", "--costs", costs.to_str().unwrap()], [&b.program]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("ns added per instrumented call") && err.contains("predicted"), "{err}");

@@ -200,13 +200,7 @@ fn attach_repeatedly_then_the_program_finishes_correctly() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("probe_attach.json");
     for round in 0..rounds {
-        let st = probe()
-            .arg("attach")
-            .arg(child.id().to_string())
-            .args(["--duration", &secs.to_string(), "-o"])
-            .arg(&out)
-            .output()
-            .unwrap();
+        let st = crate::util::probe_attach(child.id(), &[], &secs.to_string(), &out);
         assert!(st.status.success(), "round {round}: {}", String::from_utf8_lossy(&st.stderr));
         let r = report(&out);
         let f = r.total(r.id("f").unwrap());

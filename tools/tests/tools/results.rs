@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use papirus_probe_abi::{FORMAT_VERSION, Report};
 use papirus_testkit::{Built, Cc};
 
-use crate::util::probe_run;
+use crate::util::{probe_attach, probe_run};
 
 /// The target, built for one test into a directory of its own.
 fn target() -> Built {
@@ -235,11 +235,7 @@ impl Drop for Looper {
 }
 
 fn attach(pid: i32, out: &Path, secs: &str) -> std::process::Output {
-    probe()
-        .args(["attach", &pid.to_string(), "-f", "leaf,calls", "--duration", secs, "-o"])
-        .arg(out)
-        .output()
-        .unwrap()
+    probe_attach(pid, &["-f", "leaf,calls"], secs, out)
 }
 
 #[test]
@@ -538,19 +534,7 @@ fn http_server_survives_ten_attaches_of_libpython() {
     let mut notes = Vec::new();
     for round in 0..10 {
         let out = dir.path().join("python.json");
-        let o = probe()
-            .args([
-                "attach",
-                &server.pid().to_string(),
-                "-m",
-                "libpython3.11.so.1.0",
-                "--duration",
-                "1",
-                "-o",
-            ])
-            .arg(&out)
-            .output()
-            .unwrap();
+        let o = probe_attach(server.pid(), &["-m", "libpython3.11.so.1.0"], "1", &out);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "round {round}: {err}");
         assert!(read(&out).functions.len() > 1000);

@@ -30,6 +30,17 @@ pub fn probe_run<S: AsRef<OsStr>>(out: &Path, opts: &[&str], program: impl IntoI
     Command::new(probe()).arg("run").args(opts).arg("-o").arg(out).arg("--").args(program).output().unwrap()
 }
 
+/// `papirus-probe attach PID OPTS --duration SECS -o OUT`, run to its end.
+pub fn probe_attach(pid: impl std::fmt::Display, opts: &[&str], secs: &str, out: &Path) -> Output {
+    Command::new(probe())
+        .args(["attach", &pid.to_string()])
+        .args(opts)
+        .args(["--duration", secs, "-o"])
+        .arg(out)
+        .output()
+        .unwrap()
+}
+
 /// A tool of this crate by name.
 pub fn tool(name: &str) -> Command {
     let path = match name {
