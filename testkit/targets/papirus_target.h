@@ -9,6 +9,31 @@
 #define NOINLINE __attribute__((noinline))
 
 #ifndef __cplusplus
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Prints "ready", echoes stdin until EOF, then prints "bye": a target that
+ * stays until the test closes its stdin. 2 when a read fails. */
+__attribute__((unused)) static int echo_stdin(void) {
+    char buf[256];
+    printf("ready\n");
+    fflush(stdout);
+    for (;;) {
+        ssize_t n = read(0, buf, sizeof buf);
+        if (n == 0) break;
+        if (n < 0) {
+            printf("read error: %s\n", strerror(errno));
+            return 2;
+        }
+        fwrite(buf, 1, n, stdout);
+        fflush(stdout);
+    }
+    printf("bye\n");
+    return 0;
+}
+
 /* About 100 ns of work that cannot be folded away. */
 NOINLINE long g(long x) {
     long s = 0;
