@@ -1061,25 +1061,15 @@ int main(int argc, char **argv) {
         let exe = build_c(dir.path(), "prog", &["-rdynamic"]);
         let f = ElfFile::open(&exe).unwrap();
         assert!(!f.is_stripped());
-        let Some(nm) = tool_output("nm", &["--defined-only", "-S"], &exe) else { return };
+        let Some(nm) = papirus_testkit::nm(&exe, &["--defined-only", "-S"]) else { return };
+        // `W` also covers weak untyped data symbols (`data_start`): keep code only.
+        let in_code = |a: u64| {
+            f.sections().iter().any(|s| s.executable && (s.address..s.address + s.size).contains(&a))
+        };
         let mut expected: Vec<(String, u64, u64)> = nm
-            .lines()
-            .filter_map(|l| {
-                let parts: Vec<&str> = l.split_whitespace().collect();
-                let (addr, size, ty, name) = match parts[..] {
-                    [a, s, t, n] => (a, s, t, n),
-                    [a, t, n] => (a, "0", t, n),
-                    _ => return None,
-                };
-                let addr = u64::from_str_radix(addr, 16).unwrap();
-                // `W` also covers weak untyped data symbols (`data_start`): keep code only.
-                let in_code = f
-                    .sections()
-                    .iter()
-                    .any(|s| s.executable && (s.address..s.address + s.size).contains(&addr));
-                (matches!(ty, "T" | "t" | "W") && in_code)
-                    .then(|| (name.to_string(), addr, u64::from_str_radix(size, 16).unwrap()))
-            })
+            .into_iter()
+            .filter(|s| matches!(s.kind.as_str(), "T" | "t" | "W") && in_code(s.address))
+            .map(|s| (s.name, s.address, s.size))
             .collect();
         let mut got: Vec<(String, u64, u64)> = f
             .functions()

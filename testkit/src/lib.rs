@@ -212,6 +212,45 @@ pub fn runs(cmd: &str, args: &[&str]) -> bool {
     Command::new(cmd).args(args).output().is_ok_and(|o| o.status.success())
 }
 
+/// A symbol as `nm -S` prints it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NmSymbol {
+    /// Its name.
+    pub name: String,
+    /// Its address.
+    pub address: u64,
+    /// Its size (0 when nm prints none).
+    pub size: u64,
+    /// nm's type letter (`T`, `t`, `W`, `i`, …).
+    pub kind: String,
+}
+
+/// The symbols `nm ARGS FILE` prints (give `-S` for sizes); `None`, with the
+/// reason printed, where nm cannot run; panics when it fails on the file.
+pub fn nm(file: &Path, args: &[&str]) -> Option<Vec<NmSymbol>> {
+    let out = match Command::new("nm").args(args).arg(file).output() {
+        Ok(o) => o,
+        Err(e) => {
+            skip(format!("cannot run nm: {e}"));
+            return None;
+        }
+    };
+    assert!(out.status.success(), "nm {args:?} {}: {}", file.display(), String::from_utf8_lossy(&out.stderr));
+    let hex = |s: &str| u64::from_str_radix(s, 16).ok();
+    let symbols = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (address, size, kind, name) = match l.split_whitespace().collect::<Vec<_>>()[..] {
+                [a, s, t, n] => (hex(a)?, hex(s)?, t, n),
+                [a, t, n] => (hex(a)?, 0, t, n),
+                _ => return None,
+            };
+            Some(NmSymbol { name: name.to_string(), address, size, kind: kind.to_string() })
+        })
+        .collect();
+    Some(symbols)
+}
+
 /// The source of a shared test target, `testkit/targets/NAME`.
 pub fn target(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("targets").join(name)

@@ -134,20 +134,12 @@ fn nm_functions(file: &Path, nm_args: &[&str], types: &[&str]) -> Option<BTreeSe
     let elf = ElfFile::open(file).unwrap();
     let in_code =
         |a: u64| elf.sections().iter().any(|s| s.executable && (s.address..s.address + s.size).contains(&a));
-    let text = tool("nm", nm_args, file)?;
+    let symbols = papirus_testkit::nm(file, nm_args)?;
     Some(
-        text.lines()
-            .filter_map(|l| {
-                let parts: Vec<&str> = l.split_whitespace().collect();
-                let (addr, size, ty, name) = match parts[..] {
-                    [a, s, t, n] => (a, s, t, n),
-                    [a, t, n] => (a, "0", t, n),
-                    _ => return None,
-                };
-                let addr = u64::from_str_radix(addr, 16).ok()?;
-                (types.contains(&ty) && in_code(addr))
-                    .then(|| (name.to_string(), addr, u64::from_str_radix(size, 16).unwrap()))
-            })
+        symbols
+            .into_iter()
+            .filter(|s| types.contains(&s.kind.as_str()) && in_code(s.address))
+            .map(|s| (s.name, s.address, s.size))
             .collect(),
     )
 }
