@@ -31,6 +31,6 @@ pub mod timer;
 pub use clocks::{ProcessTime, TimeSource, Wall};
 pub use histogram::{Sampler, TimeHistogram};
 pub use predicate::{Expr, Op, Predicate};
-pub use region::{Config, Region, RegionError, region, region_begin, region_end};
+pub use region::{Config, Reading, Region, RegionError, read_counters, region, region_begin, region_end};
 pub use report::{Report, flush};
 pub use timer::{Counter, Timer, TimerError};

@@ -770,20 +770,41 @@ impl ThreadRegions {
             let stride = self.stride();
             let depth = self.stack.len() - 1;
             let start = &self.starts[depth * stride..(depth + 1) * stride];
-            self.deltas[0] = clock::clock().delta_ns(start[0] as u64, now[0] as u64) as i64;
-            self.deltas[1] = now[1].saturating_sub(start[1]).max(0);
-            for t in 0..self.nterms {
-                let at = 2 + t * TERM_WIDTH;
-                self.term_deltas[t] = scaled_delta(&start[at..at + 3], &now[at..at + 3]);
-            }
-            for (e, range) in self.event_terms.iter().enumerate() {
-                self.deltas[2 + e] = self.setup.plans[e].1.eval(&self.term_deltas[range.clone()]);
-            }
+            metric_deltas(
+                self.setup,
+                &self.event_terms,
+                start,
+                &now,
+                &mut self.term_deltas,
+                &mut self.deltas,
+            );
             self.cells[top as usize].record(&self.deltas);
             self.stack.pop();
         });
         self.now = now;
         result.map_err(|e| RegionError::Counters { thread: tid, op: "read", source: Box::new(e) })
+    }
+}
+
+/// Each metric's change between two readings (the layout of
+/// [`ThreadRegions::read`]): real ns, virtual ns, then each event from its
+/// terms' scaled deltas. `terms` is scratch space of one slot per term.
+fn metric_deltas(
+    setup: &Setup,
+    event_terms: &[std::ops::Range<usize>],
+    start: &[i64],
+    now: &[i64],
+    terms: &mut [i64],
+    out: &mut [i64],
+) {
+    out[0] = clock::clock().delta_ns(start[0] as u64, now[0] as u64) as i64;
+    out[1] = now[1].saturating_sub(start[1]).max(0);
+    for (t, d) in terms.iter_mut().enumerate() {
+        let at = 2 + t * TERM_WIDTH;
+        *d = scaled_delta(&start[at..at + 3], &now[at..at + 3]);
+    }
+    for (e, range) in event_terms.iter().enumerate() {
+        out[2 + e] = setup.plans[e].1.eval(&terms[range.clone()]);
     }
 }
 
@@ -847,6 +868,55 @@ pub fn region_begin(name: &str) -> Result<(), RegionError> {
 /// calling thread, and adds the call to its statistics.
 pub fn region_end(name: &str) -> Result<(), RegionError> {
     with_state(|s| s.end(name))
+}
+
+/// A reading of the calling thread's region counters: the TSC, the
+/// thread's virtual time and every event's terms, as [`region_begin`]
+/// records them. For callers that keep their own record of each region
+/// instance (PAPI's high-level API writes one record per begin, with the
+/// reads in between) while measuring with the same counters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reading {
+    values: Vec<i64>,
+}
+
+impl Reading {
+    /// The TSC at the reading (PAPI's `cycles`).
+    pub fn ticks(&self) -> u64 {
+        self.values[0] as u64
+    }
+
+    /// Each metric's change since `earlier`, in the order of
+    /// [`Setup::metrics`]: real ns, virtual ns, then each event (scaled
+    /// when multiplexed, derived presets computed from their terms).
+    pub fn since(&self, earlier: &Reading) -> Vec<i64> {
+        let Some(setup) = SETUP.get() else { return vec![] };
+        let mut event_terms = Vec::with_capacity(setup.plans.len());
+        let mut at = 0;
+        for (attrs, _) in &setup.plans {
+            event_terms.push(at..at + attrs.len());
+            at += attrs.len();
+        }
+        let mut terms = vec![0; at];
+        let mut out = vec![0; setup.metrics.len()];
+        metric_deltas(setup, &event_terms, &earlier.values, &self.values, &mut terms, &mut out);
+        out
+    }
+}
+
+/// Reads the calling thread's region counters (opening them on first use,
+/// as the thread's first [`region_begin`] does) without beginning or
+/// ending a region.
+pub fn read_counters() -> Result<Reading, RegionError> {
+    with_state(|s| {
+        let mut values = vec![0; s.stride()];
+        ThreadRegions::read(&mut s.groups, &mut values, true).map_err(|e| RegionError::Counters {
+            thread: s.shared.tid,
+            op: "read",
+            source: Box::new(e),
+        })?;
+        Ok(Reading { values })
+    })
 }
 
 /// How deeply regions are nested in the calling thread right now.
@@ -940,6 +1010,28 @@ mod tests {
         assert_eq!(scaled_delta(&[10, 100, 100], &[10, 300, 100]), 0);
         // Wrapped raw counter.
         assert_eq!(scaled_delta(&[u64::MAX as i64, 0, 0], &[4, 0, 0]), 5);
+    }
+
+    #[test]
+    fn readings_give_each_metrics_change() {
+        let before = read_counters().unwrap();
+        let mut x = 0u64;
+        for i in 0..3_000_000u64 {
+            x = x.wrapping_mul(31).wrapping_add(i);
+        }
+        std::hint::black_box(x);
+        let after = read_counters().unwrap();
+        assert!(after.ticks() > before.ticks());
+        let d = after.since(&before);
+        assert_eq!(d.len(), setup().unwrap().metrics.len());
+        assert!(d[0] > 0 && d[1] > 0, "real and virtual time advance: {d:?}");
+        let tc = setup().unwrap().metrics.iter().position(|m| m == "task-clock");
+        if let Some(i) = tc {
+            // task-clock and virtual time measure the same thing.
+            let (v, t) = (d[1] as f64, d[i] as f64);
+            assert!((t - v).abs() <= 0.2 * v + 200_000.0, "task-clock {t} vs virtual {v}");
+        }
+        assert_eq!(after.since(&after).iter().filter(|&&v| v != 0).count(), 0);
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub enum Error {
     Inventory(#[from] crate::inventory::InventoryError),
     /// A file refused or unreadable (not regular, too large, not the mapped one).
     #[error(transparent)]
-    Input(#[from] crate::input::InputError),
+    Input(#[from] papirus_substrate::input::InputError),
 
     /// No process (or thread) with this id exists.
     #[error("no process with pid {pid}: check the pid (ps -p {pid})")]

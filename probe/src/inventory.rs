@@ -13,7 +13,6 @@
 //!   first mapping.
 //! - The vDSO is not a file and is not listed.
 
-pub mod demangle;
 pub mod deps;
 pub mod ifunc;
 pub mod patchable;
@@ -26,8 +25,8 @@ use std::sync::{Arc, OnceLock};
 use papirus_substrate::elf::{Binding, ElfFile, ElfKind, PltStub, Symbol, SymbolKind, Table};
 use serde::Serialize;
 
-use crate::input;
-use crate::maps::{self, Mapping};
+use papirus_substrate::input;
+use papirus_substrate::maps::{self, Mapping};
 pub use patchable::{Patchability, Prologue, Reason};
 
 /// Failures particular to building an inventory (ELF failures come as
@@ -106,7 +105,7 @@ pub struct Function {
 impl Function {
     fn from_symbol(s: &Symbol, bias: u64) -> Function {
         Function {
-            demangled: demangle::demangle(&s.name),
+            demangled: papirus_substrate::demangle::demangle(&s.name),
             name: s.name.clone(),
             version: s.version.clone(),
             hidden_version: s.hidden_version,
@@ -378,7 +377,7 @@ fn group_by_file(mappings: &[Mapping]) -> Vec<Vec<&Mapping>> {
 }
 
 /// Reads the ELF file behind a mapping as the process sees it (see
-/// [`crate::input::read_module`]: `/proc/PID/map_files`, or the target's
+/// [`papirus_substrate::input::read_module`]: `/proc/PID/map_files`, or the target's
 /// root, checked against the mapping's device and inode, bounded). `None`
 /// when the file is not ELF (a JIT cache, a data file).
 fn open_mapped(pid: i32, first: &Mapping) -> crate::Result<Option<ElfFile>> {

@@ -7,10 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod error;
-pub mod input;
 pub mod inventory;
-pub mod maps;
-pub mod output;
 pub mod patch;
 pub mod process;
 pub mod session;

@@ -127,6 +127,11 @@ fn cpus_of(list: &str) -> Vec<u32> {
     crate::pmu::parse_cpulist(list).unwrap_or_default()
 }
 
+/// The online CPUs (`/sys/devices/system/cpu/online`); empty when unreadable.
+pub fn online_cpus() -> Vec<u32> {
+    read_trim(Path::new("/sys/devices/system/cpu/online")).map(|s| cpus_of(&s)).unwrap_or_default()
+}
+
 fn hypervisor_name(sig: &str) -> String {
     match sig {
         "KVMKVMKVM" => "KVM",

@@ -454,6 +454,7 @@ mod tests {
         let layout = SampleLayout {
             sample_type: SampleType(meta["sample_type"]),
             read_format: ReadFormat(meta["read_format"]),
+            regs_user: 0,
         };
         (bytes, layout, meta)
     }

@@ -7,7 +7,7 @@
 //! carries ([`SampleType::READ`]); [`Record::parse`] turns ring bytes into
 //! typed records without allocating, so it can run in a signal handler.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
 use perf_event_open_sys::bindings as b;
@@ -78,6 +78,12 @@ flag_set! {
         RAW = b::PERF_SAMPLE_RAW;
         /// The event id, first in the record.
         IDENTIFIER = b::PERF_SAMPLE_IDENTIFIER;
+        /// The user-space registers named by [`Sampling::user_regs`], as
+        /// they were when the thread last left user space.
+        REGS_USER = b::PERF_SAMPLE_REGS_USER;
+        /// A copy of the top of the user stack ([`Sampling::user_stack`]
+        /// bytes), for unwinding without frame pointers.
+        STACK_USER = b::PERF_SAMPLE_STACK_USER;
     }
 }
 
@@ -104,6 +110,8 @@ pub struct SampleLayout {
     pub sample_type: SampleType,
     /// The `read_format` the event was opened with.
     pub read_format: ReadFormat,
+    /// The `sample_regs_user` mask: which registers [`SampleType::REGS_USER`] carries.
+    pub regs_user: u64,
 }
 
 /// Values a sample read from the event or its group.
@@ -208,6 +216,41 @@ pub struct Sample<'a> {
     pub callchain: Option<Callchain<'a>>,
     /// [`SampleType::RAW`].
     pub raw: Option<&'a [u8]>,
+    /// [`SampleType::REGS_USER`]; `None` also when the thread had no user
+    /// state to report (a kernel thread).
+    pub regs_user: Option<UserRegs<'a>>,
+    /// [`SampleType::STACK_USER`]: the bytes copied from the user stack
+    /// pointer upward (the kernel's `dyn_size`; empty when none could be).
+    pub stack_user: Option<&'a [u8]>,
+}
+
+/// User registers of a sample, in `sample_regs_user` bit order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserRegs<'a> {
+    mask: u64,
+    values: &'a [u8],
+}
+
+/// Register numbers of `sample_regs_user` on x86-64 (`enum perf_event_x86_regs`).
+pub mod x86_regs {
+    /// `rbp`
+    pub const BP: u32 = 6;
+    /// `rsp`
+    pub const SP: u32 = 7;
+    /// `rip`
+    pub const IP: u32 = 8;
+}
+
+impl UserRegs<'_> {
+    /// The value of register `reg` (a bit number of the mask), if sampled.
+    pub fn get(&self, reg: u32) -> Option<u64> {
+        if reg >= 64 || self.mask & (1 << reg) == 0 {
+            return None;
+        }
+        let i = (self.mask & ((1u64 << reg) - 1)).count_ones() as usize;
+        let b = self.values.get(i * 8..i * 8 + 8)?;
+        Some(u64::from_ne_bytes(b.try_into().ok()?))
+    }
 }
 
 /// THROTTLE and UNTHROTTLE bodies.
@@ -234,12 +277,48 @@ pub struct Mmap2<'a> {
     pub len: u64,
     /// File offset.
     pub pgoff: u64,
+    /// The file: its device and inode, or the build id the kernel read
+    /// from it (`PERF_RECORD_MISC_MMAP_BUILD_ID`).
+    pub file: MmapFile<'a>,
     /// Protection bits.
     pub prot: u32,
     /// Mapping flags.
     pub flags: u32,
     /// The file name (NUL padding stripped).
     pub filename: &'a [u8],
+}
+
+/// How an [`Mmap2`] record identifies the mapped file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MmapFile<'a> {
+    /// Device (major, minor), inode and inode generation; all 0 for anonymous memory.
+    Inode {
+        /// Device major number.
+        major: u32,
+        /// Device minor number.
+        minor: u32,
+        /// Inode number.
+        ino: u64,
+        /// Inode generation.
+        generation: u64,
+    },
+    /// The file's GNU build id.
+    BuildId(&'a [u8]),
+}
+
+/// A FORK or EXIT record: a thread or process was created or ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Task {
+    /// Process id.
+    pub pid: u32,
+    /// Parent's process id.
+    pub ppid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Parent's thread id.
+    pub ptid: u32,
+    /// perf clock time.
+    pub time: u64,
 }
 
 /// A COMM record: a thread was renamed or exec'd.
@@ -277,6 +356,10 @@ pub enum Record<'a> {
     Mmap2(Mmap2<'a>),
     /// A thread name change.
     Comm(Comm<'a>),
+    /// A new thread or process (`clone`, `fork`).
+    Fork(Task),
+    /// A thread or process ended.
+    Exit(Task),
     /// Samples lost before they reached the ring (`PERF_RECORD_LOST_SAMPLES`).
     LostSamples {
         /// Number lost.
@@ -352,17 +435,27 @@ impl<'a> Record<'a> {
                 let addr = c.u64()?;
                 let len = c.u64()?;
                 let pgoff = c.u64()?;
-                // maj, min, ino, ino_generation (or a build id): not surfaced.
-                c.take(24)?;
+                let file = if u32::from(misc) & b::PERF_RECORD_MISC_MMAP_BUILD_ID != 0 {
+                    let id = c.take(24)?;
+                    let n = usize::from(id[0]).min(20);
+                    MmapFile::BuildId(&id[4..4 + n])
+                } else {
+                    let (major, minor) = (c.u32()?, c.u32()?);
+                    MmapFile::Inode { major, minor, ino: c.u64()?, generation: c.u64()? }
+                };
                 let prot = c.u32()?;
                 let flags = c.u32()?;
-                Record::Mmap2(Mmap2 { pid, tid, addr, len, pgoff, prot, flags, filename: cstr(c.0) })
+                Record::Mmap2(Mmap2 { pid, tid, addr, len, pgoff, file, prot, flags, filename: cstr(c.0) })
             }
             b::PERF_RECORD_COMM => {
                 let pid = c.u32()?;
                 let tid = c.u32()?;
                 let exec = u32::from(misc) & b::PERF_RECORD_MISC_COMM_EXEC != 0;
                 Record::Comm(Comm { pid, tid, comm: cstr(c.0), exec })
+            }
+            b::PERF_RECORD_FORK | b::PERF_RECORD_EXIT => {
+                let t = Task { pid: c.u32()?, ppid: c.u32()?, tid: c.u32()?, ptid: c.u32()?, time: c.u64()? };
+                if kind == b::PERF_RECORD_FORK { Record::Fork(t) } else { Record::Exit(t) }
             }
             _ => Record::Other { kind, misc, body: c.0 },
         })
@@ -413,6 +506,20 @@ fn parse_sample<'a>(c: &mut Cursor<'a>, misc: u16, layout: &SampleLayout) -> Res
         let n = c.u32()? as usize;
         s.raw = Some(c.take(n)?);
     }
+    if has(SampleType::REGS_USER) {
+        // abi 0 (PERF_SAMPLE_REGS_ABI_NONE): no registers follow.
+        if c.u64()? != 0 {
+            let n = layout.regs_user.count_ones() as usize;
+            s.regs_user = Some(UserRegs { mask: layout.regs_user, values: c.take(n * 8)? });
+        }
+    }
+    if has(SampleType::STACK_USER) {
+        let size = c.count(1)?;
+        let data = c.take(size)?;
+        // dyn_size follows only a non-empty copy: how much of it is valid.
+        let valid = if size == 0 { 0 } else { usize::try_from(c.u64()?).unwrap_or(usize::MAX).min(size) };
+        s.stack_user = Some(&data[..valid]);
+    }
     Ok(s)
 }
 
@@ -457,7 +564,7 @@ pub enum Trigger {
 ///
 /// Defaults: `sample_type` IP|TID, no read values, a wakeup (and so a
 /// signal, when one is routed) on every sample, `precise_ip` 0, no MMAP2 or
-/// COMM records, 8 data pages.
+/// COMM records, no FORK or EXIT records, 8 data pages.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sampling {
     trigger: Trigger,
@@ -465,7 +572,11 @@ pub struct Sampling {
     read_format: ReadFormat,
     wakeup_events: u32,
     precise_ip: u8,
+    regs_user: u64,
+    stack_user: u32,
+    exclude_callchain_user: bool,
     mmap_records: bool,
+    task_records: bool,
     data_pages: usize,
 }
 
@@ -485,7 +596,11 @@ impl Sampling {
             read_format: ReadFormat::default(),
             wakeup_events: 1,
             precise_ip: 0,
+            regs_user: 0,
+            stack_user: 0,
+            exclude_callchain_user: false,
             mmap_records: false,
+            task_records: false,
             data_pages: 8,
         }
     }
@@ -507,6 +622,24 @@ impl Sampling {
         self.wakeup_events = n;
         self
     }
+    /// The user registers (`1 << x86_regs::IP | …`) each sample carries
+    /// with [`SampleType::REGS_USER`].
+    pub fn user_regs(&mut self, mask: u64) -> &mut Self {
+        self.regs_user = mask;
+        self
+    }
+    /// Bytes of user stack each sample copies with [`SampleType::STACK_USER`]
+    /// (a multiple of 8; a record must stay under 64 KiB).
+    pub fn user_stack(&mut self, bytes: u32) -> &mut Self {
+        self.stack_user = bytes;
+        self
+    }
+    /// Leaves the user part out of [`SampleType::CALLCHAIN`] (when user
+    /// frames come from [`SampleType::STACK_USER`] instead).
+    pub fn exclude_callchain_user(&mut self, on: bool) -> &mut Self {
+        self.exclude_callchain_user = on;
+        self
+    }
     /// Skid constraint, 0 (arbitrary skid) to 3 (zero skid); PMU dependent.
     pub fn precise_ip(&mut self, level: u8) -> &mut Self {
         self.precise_ip = level.min(3);
@@ -515,6 +648,11 @@ impl Sampling {
     /// Also records MMAP2 and COMM records (new mappings, thread names).
     pub fn mmap_records(&mut self, on: bool) -> &mut Self {
         self.mmap_records = on;
+        self
+    }
+    /// Also records FORK and EXIT records (new and ended threads and processes).
+    pub fn task_records(&mut self, on: bool) -> &mut Self {
+        self.task_records = on;
         self
     }
     /// Data pages of the ring buffer: a power of two.
@@ -532,7 +670,11 @@ impl Sampling {
     }
     /// The record layout this configuration produces.
     pub fn layout(&self) -> SampleLayout {
-        SampleLayout { sample_type: self.sample_type, read_format: self.read_format }
+        SampleLayout {
+            sample_type: self.sample_type,
+            read_format: self.read_format,
+            regs_user: self.regs_user,
+        }
     }
 
     const SUPPORTED: u64 = b::PERF_SAMPLE_IP as u64
@@ -546,7 +688,9 @@ impl Sampling {
         | b::PERF_SAMPLE_PERIOD as u64
         | b::PERF_SAMPLE_STREAM_ID as u64
         | b::PERF_SAMPLE_RAW as u64
-        | b::PERF_SAMPLE_IDENTIFIER as u64;
+        | b::PERF_SAMPLE_IDENTIFIER as u64
+        | b::PERF_SAMPLE_REGS_USER as u64
+        | b::PERF_SAMPLE_STACK_USER as u64;
 
     /// Checks what the kernel would refuse with a bare EINVAL, or what
     /// papirus could not parse.
@@ -563,6 +707,19 @@ impl Sampling {
             return bad(format!(
                 "sample_type bits {:#x} are not parsed by papirus",
                 self.sample_type.0 & !Self::SUPPORTED
+            ));
+        }
+        if self.sample_type.contains(SampleType::REGS_USER) && self.regs_user == 0 {
+            return bad("REGS_USER needs a register mask (Sampling::user_regs)".into());
+        }
+        if self.sample_type.contains(SampleType::STACK_USER)
+            && (self.stack_user == 0
+                || !self.stack_user.is_multiple_of(8)
+                || self.stack_user >= u32::from(u16::MAX))
+        {
+            return bad(format!(
+                "a user stack copy of {} bytes: give a multiple of 8 between 8 and 65528",
+                self.stack_user
             ));
         }
         if self.data_pages == 0 || !self.data_pages.is_power_of_two() {
@@ -590,10 +747,14 @@ impl Sampling {
             a.set_watermark(0);
         }
         a.set_precise_ip(u64::from(self.precise_ip));
+        a.sample_regs_user = self.regs_user;
+        a.sample_stack_user = self.stack_user;
+        a.set_exclude_callchain_user(u64::from(self.exclude_callchain_user));
         a.set_mmap2(u64::from(self.mmap_records));
         a.set_mmap(u64::from(self.mmap_records));
         a.set_comm(u64::from(self.mmap_records));
         a.set_comm_exec(u64::from(self.mmap_records));
+        a.set_task(u64::from(self.task_records));
     }
 }
 
@@ -642,29 +803,14 @@ impl Sampler {
         pid: i32,
         cpu: i32,
     ) -> Result<Self> {
-        let name = attr.name().to_string();
-        sampling.validate(&name)?;
-        let mut raw = attr.to_raw();
-        sampling.apply(&mut raw);
-        let leader = open_one(&*sys, &mut raw, attr, pid, cpu, None)?;
-        let id =
-            sys.event_id(leader.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, &name, e, false, pid))?;
-        let mut opened = Vec::with_capacity(members.len());
-        for m in members {
-            let mut mraw = m.to_raw();
-            mraw.read_format = sampling.read_format.0;
-            // Members count inside the leader's group; the leader enables them.
-            mraw.set_disabled(0);
-            let fd = open_one(&*sys, &mut mraw, m, pid, cpu, Some(leader.as_fd()))?;
-            let mid = sys
-                .event_id(fd.as_fd())
-                .map_err(|e| Error::from_errno(Op::Ioctl, m.name(), e, false, pid))?;
-            opened.push((m.name().to_string(), fd, mid));
-        }
-        let ring =
-            RingBuffer::map(sys.clone(), leader.as_fd(), sampling.data_pages, sampling.layout(), &name)?;
-        let events =
-            SamplingEvents { sys, name, leader, id, members: opened, read_format: sampling.read_format };
+        let events = SamplingEvents::open(sys, attr, sampling, members, pid, cpu)?;
+        let ring = RingBuffer::map(
+            events.sys.clone(),
+            events.leader.as_fd(),
+            sampling.data_pages,
+            sampling.layout(),
+            &events.name,
+        )?;
         Ok(Sampler { events, ring })
     }
 
@@ -713,6 +859,47 @@ fn open_one(
 }
 
 impl SamplingEvents {
+    /// Opens `attr` sampling per `sampling` on thread `pid` and `cpu`,
+    /// disabled, with counting `members` in its group, and no ring: map one
+    /// ([`Sampler::open_group`]) or send its records to another event's
+    /// ([`SamplingEvents::output_to`]).
+    pub fn open(
+        sys: Arc<dyn Sys>,
+        attr: &EventAttr,
+        sampling: &Sampling,
+        members: &[EventAttr],
+        pid: i32,
+        cpu: i32,
+    ) -> Result<Self> {
+        let name = attr.name().to_string();
+        sampling.validate(&name)?;
+        let mut raw = attr.to_raw();
+        sampling.apply(&mut raw);
+        let leader = open_one(&*sys, &mut raw, attr, pid, cpu, None)?;
+        let id =
+            sys.event_id(leader.as_fd()).map_err(|e| Error::from_errno(Op::Ioctl, &name, e, false, pid))?;
+        let mut opened = Vec::with_capacity(members.len());
+        for m in members {
+            let mut mraw = m.to_raw();
+            mraw.read_format = sampling.read_format.0;
+            // Members count inside the leader's group; the leader enables them.
+            mraw.set_disabled(0);
+            let fd = open_one(&*sys, &mut mraw, m, pid, cpu, Some(leader.as_fd()))?;
+            let mid = sys
+                .event_id(fd.as_fd())
+                .map_err(|e| Error::from_errno(Op::Ioctl, m.name(), e, false, pid))?;
+            opened.push((m.name().to_string(), fd, mid));
+        }
+        Ok(SamplingEvents { sys, name, leader, id, members: opened, read_format: sampling.read_format })
+    }
+
+    /// Sends this event's records to the ring of `other` (an event on the
+    /// same CPU, or of the same thread when both are on any CPU), as perf
+    /// record does to keep one ring per CPU (`PERF_EVENT_IOC_SET_OUTPUT`).
+    pub fn output_to(&self, other: &SamplingEvents) -> Result<()> {
+        self.ioctl(Ioctl::SetOutput(other.leader.as_raw_fd()), Op::Ioctl)
+    }
+
     fn ioctl(&self, op: Ioctl, what: Op) -> Result<()> {
         self.sys.ioctl(self.leader.as_fd(), op).map_err(|e| Error::from_errno(what, &self.name, e, false, 0))
     }
@@ -787,7 +974,10 @@ mod tests {
         let mut body = Vec::new();
         body.extend_from_slice(&7u32.to_ne_bytes());
         body.extend_from_slice(&8u32.to_ne_bytes());
-        body.extend(words(&[0x7f00_0000_0000, 0x2000, 0x1000, 0, 0, 0]));
+        body.extend(words(&[0x7f00_0000_0000, 0x2000, 0x1000]));
+        body.extend_from_slice(&0xfeu32.to_ne_bytes());
+        body.extend_from_slice(&1u32.to_ne_bytes());
+        body.extend(words(&[4242, 3]));
         body.extend_from_slice(&5u32.to_ne_bytes());
         body.extend_from_slice(&2u32.to_ne_bytes());
         body.extend_from_slice(b"/usr/lib/libm.so.6\0\0\0\0\0\0");
@@ -799,9 +989,64 @@ mod tests {
                     (7, 8, 0x7f00_0000_0000, 0x2000, 0x1000, 5, 2)
                 );
                 assert_eq!(m.filename, b"/usr/lib/libm.so.6");
+                assert_eq!(m.file, MmapFile::Inode { major: 0xfe, minor: 1, ino: 4242, generation: 3 });
             }
             other => panic!("{other:?}"),
         }
+        // The same record as the kernel writes it with attr.build_id: a
+        // length byte, padding and 20 id bytes in place of the inode.
+        let mut with_id = body.clone();
+        with_id[32..56].copy_from_slice(&[[3u8, 0, 0, 0].as_slice(), &[0xab; 20]].concat());
+        let r = record(b::PERF_RECORD_MMAP2, b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16, &with_id);
+        let Record::Mmap2(m) = Record::parse(&r, &SampleLayout::default()).unwrap() else { panic!() };
+        assert_eq!(m.file, MmapFile::BuildId(&[0xab; 3]));
+    }
+
+    #[test]
+    fn user_registers_and_stack() {
+        use x86_regs::{BP, IP, SP};
+        let mask = 1 << BP | 1 << SP | 1 << IP;
+        let layout = SampleLayout {
+            sample_type: SampleType::IP | SampleType::REGS_USER | SampleType::STACK_USER,
+            regs_user: mask,
+            ..SampleLayout::default()
+        };
+        // ip; abi 2 (64-bit), bp, sp, ip; 16 bytes of stack of which 8 valid.
+        let body = words(&[0x401000, 2, 0x7ff0, 0x7fe0, 0x401000, 16, 0xaa, 0xbb, 8]);
+        let r = record(b::PERF_RECORD_SAMPLE, 2, &body);
+        let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
+        let regs = s.regs_user.unwrap();
+        assert_eq!(
+            (regs.get(BP), regs.get(SP), regs.get(IP), regs.get(0)),
+            (Some(0x7ff0), Some(0x7fe0), Some(0x401000), None)
+        );
+        assert_eq!(s.stack_user, Some(&0xaau64.to_ne_bytes()[..]));
+        // A kernel thread: abi 0 and no registers; an empty copy has no dyn_size.
+        let r = record(b::PERF_RECORD_SAMPLE, 1, &words(&[0xffff_ffff_8100_0000, 0, 0]));
+        let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
+        assert_eq!((s.regs_user, s.stack_user), (None, Some(&[][..])));
+        // A stack size beyond the record is an error, not a panic.
+        let r = record(b::PERF_RECORD_SAMPLE, 2, &words(&[1, 0, 4096, 1]));
+        assert!(Record::parse(&r, &layout).is_err());
+        let mut bad = Sampling::period(1);
+        bad.sample_type(SampleType::STACK_USER).user_stack(12);
+        assert!(bad.validate("x").is_err());
+        bad.sample_type(SampleType::REGS_USER);
+        assert!(bad.validate("x").is_err(), "no register mask");
+    }
+
+    #[test]
+    fn fork_and_exit_records() {
+        let mut body = Vec::new();
+        for v in [10u32, 1, 11, 10] {
+            body.extend_from_slice(&v.to_ne_bytes());
+        }
+        body.extend(words(&[99]));
+        let t = Task { pid: 10, ppid: 1, tid: 11, ptid: 10, time: 99 };
+        let l = SampleLayout::default();
+        assert_eq!(Record::parse(&record(b::PERF_RECORD_FORK, 0, &body), &l).unwrap(), Record::Fork(t));
+        assert_eq!(Record::parse(&record(b::PERF_RECORD_EXIT, 0, &body), &l).unwrap(), Record::Exit(t));
+        assert!(Record::parse(&record(b::PERF_RECORD_FORK, 0, &body[..20]), &l).is_err());
     }
 
     #[test]
@@ -812,6 +1057,7 @@ mod tests {
                 | ReadFormat::TOTAL_TIME_RUNNING
                 | ReadFormat::ID
                 | ReadFormat::LOST,
+            regs_user: 0,
         };
         let r = record(b::PERF_RECORD_SAMPLE, 2, &words(&[0x401000, 42, 100, 90, 9, 3]));
         let Record::Sample(s) = Record::parse(&r, &layout).unwrap() else { panic!() };
@@ -838,7 +1084,7 @@ mod tests {
         let odd = record(77, 3, &words(&[1]));
         assert!(matches!(Record::parse(&odd, &l).unwrap(), Record::Other { kind: 77, misc: 3, .. }));
         // A callchain whose count exceeds the record.
-        let cl = SampleLayout { sample_type: SampleType::CALLCHAIN, read_format: ReadFormat::default() };
+        let cl = SampleLayout { sample_type: SampleType::CALLCHAIN, ..SampleLayout::default() };
         let bad = record(b::PERF_RECORD_SAMPLE, 0, &words(&[1000, 1]));
         assert!(Record::parse(&bad, &cl).is_err());
     }
@@ -856,9 +1102,12 @@ mod tests {
         assert!(Sampling::period(1).data_pages(3).validate("x").is_err());
         let mut a = perf_event_attr::default();
         let mut s = Sampling::frequency(4000);
-        s.sample_type(SampleType::IP | SampleType::CALLCHAIN).precise_ip(9).mmap_records(true);
+        s.sample_type(SampleType::IP | SampleType::CALLCHAIN)
+            .precise_ip(9)
+            .mmap_records(true)
+            .task_records(true);
         s.apply(&mut a);
-        assert_eq!((a.freq(), a.precise_ip(), a.mmap2(), a.comm()), (1, 3, 1, 1));
+        assert_eq!((a.freq(), a.precise_ip(), a.mmap2(), a.comm(), a.task()), (1, 3, 1, 1, 1));
         assert_eq!(a.sample_type, (SampleType::IP | SampleType::CALLCHAIN).0);
         let mut p = perf_event_attr::default();
         Sampling::period(100).apply(&mut p);

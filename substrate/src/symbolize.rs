@@ -4,20 +4,24 @@
 //! run-time ones.
 //!
 //! Sample IPs and profil histograms are attributed with it; the probe tool
-//! uses the same view of a process.
+//! uses the same view of a process. Module files are read the way
+//! [`crate::input::read_module`] reads them: the file the process mapped
+//! (device and inode checked), bounded, never blocking.
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::elf::ElfFile;
 use crate::error::{Error, Result};
+use crate::input::{self, MODULE_LIMIT};
+use crate::maps::{self, Mapping};
 
 /// One executable mapping of a file.
 #[derive(Clone, Debug)]
 pub struct Module {
-    /// The file.
+    /// The file, as the process maps it.
     pub path: PathBuf,
     /// Run-time address range of the mapping.
     pub range: Range<u64>,
@@ -27,9 +31,32 @@ pub struct Module {
 }
 
 impl Module {
+    /// The mapping `range` of `elf` at file offset `offset`; `None` when no
+    /// load segment of the file covers that offset.
+    pub fn new(path: PathBuf, range: Range<u64>, offset: u64, elf: Arc<ElfFile>) -> Option<Module> {
+        let bias = elf.load_bias(range.start, offset)?;
+        Some(Module { path, range, bias, elf })
+    }
+
     /// The parsed file.
     pub fn elf(&self) -> &ElfFile {
         &self.elf
+    }
+
+    /// The function containing run-time address `addr`, if it lies in this
+    /// mapping and a symbol covers it.
+    pub fn resolve(&self, addr: u64) -> Option<Resolved> {
+        if !self.range.contains(&addr) {
+            return None;
+        }
+        let s = self.elf.function_at(addr.wrapping_sub(self.bias))?;
+        let start = s.address.wrapping_add(self.bias);
+        Some(Resolved {
+            module: self.path.clone(),
+            name: s.name.clone(),
+            range: start..start.saturating_add(s.size),
+            offset: addr - start,
+        })
     }
 }
 
@@ -46,54 +73,58 @@ pub struct Resolved {
     pub offset: u64,
 }
 
+/// A file's device (major, minor) and inode.
+type FileId = ((u32, u32), u64);
+
 /// The executable modules of one process and their symbols.
 #[derive(Clone, Debug, Default)]
 pub struct ProcessSymbols {
     modules: Vec<Module>,
-    /// Mappings whose file could not be parsed, with the reason.
+    /// Mappings whose file could not be read or parsed, with the reason.
     skipped: Vec<(PathBuf, String)>,
 }
 
 impl ProcessSymbols {
     /// The calling process.
     pub fn current() -> Result<Self> {
-        Self::from_maps_file(Path::new("/proc/self/maps"))
+        Self::of_pid(std::process::id() as i32)
     }
 
-    /// Process `pid`.
+    /// Process `pid`, its modules read through `/proc/PID/map_files`.
     pub fn of_pid(pid: i32) -> Result<Self> {
-        Self::from_maps_file(&PathBuf::from(format!("/proc/{pid}/maps")))
+        let path = PathBuf::from(format!("/proc/{pid}/maps"));
+        let mappings = maps::read(pid).map_err(|source| Error::Io { path, source })?;
+        Ok(Self::from_mappings(&mappings, |m| {
+            let bytes = input::read_module(pid, m, MODULE_LIMIT).map_err(|e| e.to_string())?;
+            let bytes = bytes.ok_or_else(|| "not an ELF file".to_string())?;
+            ElfFile::parse(&m.name, bytes).map_err(|e| e.to_string())
+        }))
     }
 
-    fn from_maps_file(path: &Path) -> Result<Self> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        Ok(Self::from_maps(&text, |p| ElfFile::open(p)))
-    }
-
-    /// Builds the view from the text of a maps file, opening files with `open`.
-    pub fn from_maps(text: &str, mut open: impl FnMut(&Path) -> Result<ElfFile>) -> Self {
-        let mut cache: HashMap<PathBuf, Option<Arc<ElfFile>>> = HashMap::new();
+    /// Builds the view from parsed mappings, reading each file once with
+    /// `open` (given its first executable mapping).
+    pub fn from_mappings(
+        mappings: &[Mapping],
+        mut open: impl FnMut(&Mapping) -> std::result::Result<ElfFile, String>,
+    ) -> Self {
+        // One read per file: keyed by (device, inode).
+        let mut cache: HashMap<FileId, Option<Arc<ElfFile>>> = HashMap::new();
         let mut out = ProcessSymbols::default();
-        for line in text.lines() {
-            let Some(m) = MapsLine::parse(line) else { continue };
-            if !m.exec || !m.path.starts_with('/') {
-                continue;
-            }
-            let path = PathBuf::from(m.path);
+        for m in mappings {
+            let Some(path) = m.file().filter(|_| m.perms.exec) else { continue };
             let elf = cache
-                .entry(path.clone())
-                .or_insert_with(|| match open(&path) {
+                .entry((m.dev, m.inode))
+                .or_insert_with(|| match open(m) {
                     Ok(f) => Some(Arc::new(f)),
                     Err(e) => {
-                        out.skipped.push((path.clone(), e.to_string()));
+                        out.skipped.push((path.clone(), e));
                         None
                     }
                 })
                 .clone();
-            let Some(elf) = elf else { continue };
-            let Some(bias) = elf.load_bias(m.start, m.offset) else { continue };
-            out.modules.push(Module { path, range: m.start..m.end, bias, elf });
+            if let Some(module) = elf.and_then(|elf| Module::new(path, m.start..m.end, m.offset, elf)) {
+                out.modules.push(module);
+            }
         }
         out
     }
@@ -103,50 +134,14 @@ impl ProcessSymbols {
         &self.modules
     }
 
-    /// Files that are mapped executable but could not be parsed, and why.
+    /// Files that are mapped executable but could not be read or parsed, and why.
     pub fn skipped(&self) -> &[(PathBuf, String)] {
         &self.skipped
     }
 
     /// The function containing run-time address `addr`.
     pub fn resolve(&self, addr: u64) -> Option<Resolved> {
-        let m = self.modules.iter().find(|m| m.range.contains(&addr))?;
-        let link = addr.wrapping_sub(m.bias);
-        let s = m.elf.function_at(link)?;
-        let start = s.address.wrapping_add(m.bias);
-        Some(Resolved {
-            module: m.path.clone(),
-            name: s.name.clone(),
-            range: start..start.saturating_add(s.size),
-            offset: addr - start,
-        })
-    }
-}
-
-struct MapsLine<'a> {
-    start: u64,
-    end: u64,
-    exec: bool,
-    offset: u64,
-    path: &'a str,
-}
-
-impl<'a> MapsLine<'a> {
-    /// `start-end perms offset dev inode   path`.
-    fn parse(line: &'a str) -> Option<Self> {
-        let mut it = line.splitn(6, ' ');
-        let (range, perms, offset) = (it.next()?, it.next()?, it.next()?);
-        let _dev = it.next()?;
-        let _inode = it.next()?;
-        let path = it.next().unwrap_or("").trim_start();
-        let (s, e) = range.split_once('-')?;
-        Some(MapsLine {
-            start: u64::from_str_radix(s, 16).ok()?,
-            end: u64::from_str_radix(e, 16).ok()?,
-            exec: perms.as_bytes().get(2) == Some(&b'x'),
-            offset: u64::from_str_radix(offset, 16).ok()?,
-            path,
-        })
+        self.modules.iter().find(|m| m.range.contains(&addr))?.resolve(addr)
     }
 }
 
@@ -162,6 +157,7 @@ mod tests {
     #[test]
     fn resolves_a_function_of_this_test_binary() {
         let syms = ProcessSymbols::current().unwrap();
+        assert!(syms.skipped().is_empty(), "{:?}", syms.skipped());
         let addr = here as *const () as u64;
         let r = syms.resolve(addr).expect("the test binary has a symbol table");
         assert!(r.name.contains("here"), "{r:?}");
@@ -172,20 +168,25 @@ mod tests {
     }
 
     #[test]
-    fn maps_lines_without_paths_or_exec_are_ignored() {
+    fn mappings_without_files_or_exec_are_ignored() {
         let text = "7f0000000000-7f0000001000 rw-p 00000000 00:00 0 \n\
-                    7f0000001000-7f0000002000 r-xp 00000000 00:00 0   [vdso]\n\
-                    garbage\n";
-        let syms = ProcessSymbols::from_maps(text, |_| unreachable!("nothing to open"));
+                    7f0000001000-7f0000002000 r-xp 00000000 00:00 0   [vdso]\n";
+        let syms =
+            ProcessSymbols::from_mappings(&maps::parse(text).unwrap(), |_| unreachable!("nothing to open"));
         assert!(syms.modules().is_empty());
         assert!(syms.resolve(0x7f0000001000).is_none());
     }
 
     #[test]
-    fn unreadable_files_are_reported_not_fatal() {
-        let text = "400000-401000 r-xp 00000000 08:01 12 /nonexistent/papirus-binary\n";
-        let syms = ProcessSymbols::from_maps(text, |p| ElfFile::open(p));
+    fn unreadable_files_are_reported_not_fatal_and_tried_once() {
+        let text = "400000-401000 r-xp 00000000 08:01 12 /nonexistent/papirus-binary\n\
+                    402000-403000 r-xp 00002000 08:01 12 /nonexistent/papirus-binary\n";
+        let mut tries = 0;
+        let syms = ProcessSymbols::from_mappings(&maps::parse(text).unwrap(), |_| {
+            tries += 1;
+            Err("gone".into())
+        });
         assert!(syms.modules().is_empty());
-        assert_eq!(syms.skipped().len(), 1);
+        assert_eq!((syms.skipped().len(), tries), (1, 1));
     }
 }

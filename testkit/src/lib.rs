@@ -7,6 +7,8 @@
 //! with nothing checked.
 #![forbid(unsafe_code)]
 
+pub mod browser;
+
 use std::ffi::OsStr;
 use std::fmt::Display;
 use std::ops::Deref;

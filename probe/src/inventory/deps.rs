@@ -108,7 +108,7 @@ pub fn resolve(main: &ElfFile, main_path: &Path) -> Vec<Dependency> {
 }
 
 fn open_x86_64(path: &Path) -> Option<ElfFile> {
-    let data = crate::input::read_file(path, crate::input::MODULE_LIMIT).ok()?;
+    let data = papirus_substrate::input::read_file(path, papirus_substrate::input::MODULE_LIMIT).ok()?;
     ElfFile::parse(path, data).ok().filter(|e| e.machine() == EM_X86_64)
 }
 
@@ -133,7 +133,9 @@ fn search_list(list: Option<&str>, origin_file: &Path) -> Vec<PathBuf> {
 
 /// The directories an ld.so.conf names, following `include` globs (`*` in the file name).
 fn ld_so_conf_dirs(conf: &Path, depth: usize) -> Vec<PathBuf> {
-    let Ok(bytes) = crate::input::read_file(conf, crate::input::CONFIG_LIMIT) else { return Vec::new() };
+    let Ok(bytes) = papirus_substrate::input::read_file(conf, papirus_substrate::input::CONFIG_LIMIT) else {
+        return Vec::new();
+    };
     let text = String::from_utf8_lossy(&bytes);
     let mut out = Vec::new();
     for line in text.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()) {

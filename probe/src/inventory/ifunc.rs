@@ -398,7 +398,7 @@ mod tests {
     #[test]
     fn following_libc_resolvers_gives_what_the_loader_chose_here() {
         use std::os::unix::fs::FileExt;
-        let maps = crate::maps::read(std::process::id() as i32).unwrap();
+        let maps = papirus_substrate::maps::read(std::process::id() as i32).unwrap();
         let Some(m) = maps.iter().find(|m| m.offset == 0 && m.name.ends_with("/libc.so.6")) else {
             eprintln!("no libc.so.6 mapped here");
             return;

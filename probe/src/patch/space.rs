@@ -12,7 +12,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::PatchError;
-use crate::maps;
+use papirus_substrate::maps;
 
 /// The memory of the process being patched.
 pub trait AddressSpace {

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use super::Process;
 use crate::error::{Error, Result};
-use crate::maps::{self, Mapping};
+use papirus_substrate::maps::{self, Mapping};
 
 /// glibc's `__restore_rt`: `mov $15,%rax; syscall`.
 const RESTORER: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];

@@ -30,7 +30,7 @@ use papirus_substrate::elf::ElfFile;
 
 use super::Process;
 use crate::error::{Error, Result};
-use crate::maps::{self, Mapping};
+use papirus_substrate::maps::{self, Mapping};
 
 /// `RTLD_NOW`: resolve every symbol at load, so nothing is resolved lazily later in a probe.
 const RTLD_NOW: u64 = 2;
@@ -293,7 +293,8 @@ fn find_module<'a>(mappings: &'a [Mapping], prefix: &str) -> Option<&'a Mapping>
 /// our own view: another mount namespace may hold another file there).
 fn open_module(pid: i32, m: &Mapping) -> Result<(ElfFile, u64)> {
     // A file without the ELF magic fails to parse, with that reason.
-    let data = crate::input::read_module(pid, m, crate::input::MODULE_LIMIT)?.unwrap_or_default();
+    let data = papirus_substrate::input::read_module(pid, m, papirus_substrate::input::MODULE_LIMIT)?
+        .unwrap_or_default();
     let elf = ElfFile::parse(&m.name, data)?;
     let bias = elf.load_bias(m.start, m.offset).ok_or_else(|| Error::NotFound {
         what: format!("the load bias of {}", m.name),

@@ -24,7 +24,7 @@ use nix::unistd::Pid;
 use super::wait::{self, Event};
 use super::{Process, Regs, sys};
 use crate::error::{Error, Result};
-use crate::maps;
+use papirus_substrate::maps;
 
 /// rflags bits: trap (single-step) and direction.
 const TF: u64 = 1 << 8;

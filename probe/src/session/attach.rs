@@ -77,7 +77,7 @@ pub struct AttachSummary {
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
-    crate::output::check_writable(&opts.output)?;
+    papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait
     // only for the patching; read again once it is stopped if its code
@@ -232,7 +232,7 @@ type CodeMapping = (u64, u64, u64, (u32, u32));
 
 /// The executable file mappings of `pid`: where each module's code is.
 fn code_mappings(pid: i32) -> Option<Vec<CodeMapping>> {
-    let maps = crate::maps::read(pid).ok()?;
+    let maps = papirus_substrate::maps::read(pid).ok()?;
     Some(
         maps.iter()
             .filter(|m| m.perms.exec && m.inode != 0)
@@ -332,7 +332,7 @@ fn leave_runtime(
     record: u32,
 ) -> Result<bool, ProbeError> {
     let module = RUNTIME_FILE.trim_end_matches(".so");
-    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+    let maps = papirus_substrate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{}/maps", p.pid()).into(),
         source,

@@ -130,7 +130,7 @@ pub enum ProbeError {
     },
     /// The report cannot be written.
     #[error(transparent)]
-    Output(#[from] crate::output::OutputError),
+    Output(#[from] papirus_formats::output::OutputError),
     /// `run` could not instrument the program it started, so it killed it.
     #[error("{reason}; the program (pid {pid}) was killed")]
     Killed {
@@ -303,7 +303,8 @@ pub fn escape(name: &str) -> String {
 pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
     // A regular file of bounded size, opened without blocking: `report` on a
     // FIFO, a device or a huge sparse file fails at once.
-    let bytes = crate::input::read_file(path, crate::input::REPORT_LIMIT).map_err(crate::Error::from)?;
+    let bytes = papirus_substrate::input::read_file(path, papirus_substrate::input::REPORT_LIMIT)
+        .map_err(crate::Error::from)?;
     let text = String::from_utf8(bytes).map_err(|e| ProbeError::Io {
         op: "read report",
         path: path.into(),

@@ -108,7 +108,7 @@ fn recorded(p: &Process, at: u64) -> Result<Vec<Arena>, ProbeError> {
         .chunks_exact(8)
         .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
         .collect();
-    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+    let maps = papirus_substrate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{}/maps", p.pid()).into(),
         source,
@@ -209,7 +209,7 @@ type Doubt = &'static str;
 /// told now (a thread inside a signal handler, whose interrupted frames may
 /// lie on another stack; a stack not read whole).
 fn live_pages(p: &Process, arenas: &[Arena]) -> Result<Result<BTreeSet<u64>, Doubt>, ProbeError> {
-    let maps = crate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
+    let maps = papirus_substrate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{}/maps", p.pid()).into(),
         source,

@@ -271,7 +271,7 @@ const SEGMENT_NAME: &str = "memfd:papirus-probe-results";
 
 /// Whether process `pid` maps a results segment (it has neither exec'd nor ended).
 pub(super) fn maps_segment(pid: u32) -> bool {
-    crate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
+    papirus_substrate::maps::read(pid as i32).is_ok_and(|m| m.iter().any(|m| m.name.contains(SEGMENT_NAME)))
 }
 
 /// How a process other than the one we wait for ended: it is not our child,
@@ -283,6 +283,6 @@ pub(super) fn other_process_state(pid: u32) -> String {
 /// Writes `report` to `path` atomically.
 pub(super) fn write(path: &std::path::Path, report: &Report) -> Result<(), ProbeError> {
     let text = serde_json::to_vec_pretty(report).map_err(|e| ProbeError::Events(e.to_string()))?;
-    crate::output::write_atomic(path, &text)?;
+    papirus_formats::output::write_atomic(path, &text)?;
     Ok(())
 }

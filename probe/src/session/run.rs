@@ -67,7 +67,7 @@ pub struct RunSummary {
 /// Runs the program instrumented, waits for it to end and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
-    crate::output::check_writable(&opts.output)?;
+    papirus_formats::output::check_writable(&opts.output)?;
     let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
     let mut p = Spawn::new(&opts.program).args(&opts.args).preload(&runtime).spawn()?;
     let pid = p.pid();

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use nix::sys::mman::ProtFlags;
 use papirus_probe::Error;
 use papirus_probe::error::PermissionReason;
-use papirus_probe::maps;
 use papirus_probe::process::{Exit, Injection, Process, Spawn};
 use papirus_substrate::elf::ElfFile;
+use papirus_substrate::maps;
 
 const CTOR: &str = r#"
 #include <stdio.h>

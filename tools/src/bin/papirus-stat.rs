@@ -11,15 +11,15 @@
 
 use std::fmt::Write as _;
 use std::io::Write as _;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use clap::Parser;
 use papirus_lowlevel::avail::FORMAT_VERSION;
 use papirus_lowlevel::{EventSet, Granularity, Library, Value, init, real_nsec};
+use papirus_substrate::command::StoppedCommand;
 use papirus_substrate::names::{self, split_event_list};
 use papirus_tools::cli::{Failure, parse_millis, parse_seconds};
 use serde::Serialize;
@@ -379,80 +379,6 @@ fn cpu_list(list: &str, cpus: usize) -> Result<Vec<u32>, Failure> {
     Ok(out)
 }
 
-/// A command stopped at its `exec` under ptrace: killed and reaped on drop
-/// unless it was resumed.
-struct Stopped {
-    pid: i32,
-    resumed: bool,
-}
-
-impl Drop for Stopped {
-    fn drop(&mut self) {
-        if !self.resumed {
-            // SAFETY: kill and waitpid take plain integers and a null status
-            // pointer; `pid` is our own unreaped child, so no other process is hit.
-            unsafe {
-                libc::kill(self.pid, libc::SIGKILL);
-                libc::waitpid(self.pid, std::ptr::null_mut(), 0);
-            }
-        }
-    }
-}
-
-impl Stopped {
-    /// Starts `argv` stopped right after its `exec`.
-    fn spawn(argv: &[String]) -> Result<Stopped, Failure> {
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..]);
-        // SAFETY: the closure runs in the forked child before exec and makes
-        // two raw syscalls, which are async-signal-safe and allocate nothing.
-        unsafe {
-            cmd.pre_exec(|| {
-                // This tool ignores ^C while a command runs (from the second -r run on, at fork).
-                libc::signal(libc::SIGINT, libc::SIG_DFL);
-                if libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        // spawn returns once exec succeeded (or with exec's own error).
-        let child = cmd.spawn().map_err(|e| {
-            // The child stops at its exec under ptrace (PTRACE_TRACEME), which
-            // Yama's ptrace_scope 2 and 3 refuse to a user without CAP_SYS_PTRACE.
-            let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").unwrap_or_default();
-            let hint = match scope.trim() {
-                "2" | "3" if e.raw_os_error() == Some(libc::EPERM) => format!(
-                    " (kernel.yama.ptrace_scope is {}: papirus-stat stops the command at its exec with \
-                     ptrace; run it with CAP_SYS_PTRACE, or count a running process with -p)",
-                    scope.trim()
-                ),
-                _ => String::new(),
-            };
-            Failure(format!("cannot run `{}`: {e}{hint}", argv[0]))
-        })?;
-        let stopped = Stopped { pid: child.id() as i32, resumed: false };
-        let mut status = 0;
-        // SAFETY: `status` is a valid out-pointer for the call's duration.
-        let r = unsafe { libc::waitpid(stopped.pid, &mut status, 0) };
-        if r != stopped.pid || !libc::WIFSTOPPED(status) {
-            return Err(Failure(format!("`{}` did not stop at its exec (wait status {status:#x})", argv[0])));
-        }
-        Ok(stopped)
-    }
-
-    /// Lets the command run, without the SIGTRAP of its exec.
-    fn resume(&mut self) -> Result<(), Failure> {
-        // SAFETY: PTRACE_DETACH of our stopped tracee takes no pointers (addr and data 0).
-        let r = unsafe { libc::ptrace(libc::PTRACE_DETACH, self.pid, 0, 0) };
-        if r == -1 {
-            return Err(Failure(format!("cannot resume the command: {}", std::io::Error::last_os_error())));
-        }
-        self.resumed = true;
-        Ok(())
-    }
-}
-
 /// How a waited-for command ended, and its CPU times.
 struct Ended {
     code: ExitCode,
@@ -511,9 +437,10 @@ fn measure(
         }
     }
     if !args.command.is_empty() {
-        let s = Stopped::spawn(&args.command)?;
+        let argv: Vec<std::ffi::OsString> = args.command.iter().map(Into::into).collect();
+        let s = StoppedCommand::spawn(&argv).map_err(|e| Failure(e.to_string()))?;
         if cpus.is_empty() {
-            units.push(open_unit(lib, args, plan, Where::Task(s.pid), String::new())?);
+            units.push(open_unit(lib, args, plan, Where::Task(s.pid()), String::new())?);
         }
         stopped = Some(s);
     }
@@ -529,8 +456,8 @@ fn measure(
             // SAFETY: SIG_IGN for SIGINT takes no pointers; the command already
             // runs its own image, so it keeps its default action.
             unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
-            s.resume()?;
-            Some(waiter(s.pid))
+            s.resume().map_err(|e| Failure(format!("cannot resume the command: {e}")))?;
+            Some(waiter(s.pid()))
         }
         None => None,
     };

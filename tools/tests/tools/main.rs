@@ -13,6 +13,7 @@ mod patcher;
 mod probe_calibrate;
 mod probe_cli;
 mod probe_run;
+mod profile;
 mod results;
 mod seccomp;
 mod stat;

@@ -49,6 +49,7 @@ pub fn tool(name: &str) -> Command {
         "papirus-stat" => env!("CARGO_BIN_EXE_papirus-stat"),
         "papirus-hwinfo" => env!("CARGO_BIN_EXE_papirus-hwinfo"),
         "papirus-calibrate" => env!("CARGO_BIN_EXE_papirus-calibrate"),
+        "papirus-profile" => env!("CARGO_BIN_EXE_papirus-profile"),
         _ => env!("CARGO_BIN_EXE_papirus-probe"),
     };
     Command::new(path)

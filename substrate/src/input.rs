@@ -20,7 +20,9 @@
 //! CAP_CHECKPOINT_RESTORE) the mapped path is resolved inside the target's
 //! own root (`/proc/PID/root`, `openat2` with `RESOLVE_IN_ROOT`, no magic
 //! links), and the inode check refuses whatever is not the mapped file.
-//! The tool's own view of a target's path is never used.
+//! The tool's own view of a target's path is used only for a process that
+//! has ended (a profiler reads its mappings after the fact), and then too
+//! only for the file with the mapping's device and inode.
 
 use std::fs::File;
 use std::io::Read;
@@ -35,7 +37,7 @@ use crate::maps::Mapping;
 /// Largest module (executable or shared object) read, in bytes: far above
 /// any real library (libc is 2 MiB, libpython 30 MiB), far below what a
 /// sparse file can claim.
-pub const MODULE_LIMIT: u64 = papirus_substrate::elf::MAX_FILE_BYTES;
+pub const MODULE_LIMIT: u64 = crate::elf::MAX_FILE_BYTES;
 
 /// Largest probe report read, in bytes (a default report is under 1 MiB).
 pub const REPORT_LIMIT: u64 = 256 << 20;
@@ -162,8 +164,27 @@ pub fn read_module(pid: i32, m: &Mapping, limit: u64) -> Result<Option<Vec<u8>>,
             let (handle, shown) = open_in_root(pid, m, &e)?;
             read_checked(handle, &shown, limit, ELF_MAGIC, |md| same_inode(md, &shown))
         }
+        // The mapping or the whole process is gone (a profiler reads a
+        // mapping after the fact): the same file, found by its path.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)) => {
+            let (handle, shown) = match open_in_root(pid, m, &e) {
+                Ok(found) => found,
+                Err(in_root) => open_gone(m).map_err(|_| in_root)?,
+            };
+            read_checked(handle, &shown, limit, ELF_MAGIC, |md| same_inode(md, &shown))
+        }
         Err(source) => Err(InputError::Io { path: via_map_files, source }),
     }
+}
+
+/// Opens (`O_PATH`) the path of a mapping whose process has ended, as this
+/// process sees it; the caller's device/inode check refuses any file but
+/// the one that was mapped.
+fn open_gone(m: &Mapping) -> std::io::Result<(File, PathBuf)> {
+    let path = m.file().ok_or_else(|| std::io::Error::from_raw_os_error(libc::ENOENT))?;
+    let handle =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(&path)?;
+    Ok((handle, path))
 }
 
 /// Opens (`O_PATH`) the mapped path resolved inside the target's root.
@@ -262,7 +283,7 @@ mod tests {
         let err = read_file(dir.path(), 1 << 20).unwrap_err();
         assert!(matches!(err, InputError::NotRegular { kind: "directory", .. }), "{err}");
         let fifo = dir.path().join("fifo");
-        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, rustix::fs::FileType::Fifo, Mode::RWXU, 0).unwrap();
         let err = read_file(&fifo, 1 << 20).unwrap_err();
         assert!(matches!(err, InputError::NotRegular { kind: "FIFO", .. }), "{err}");
         let big = dir.path().join("big");
@@ -280,6 +301,28 @@ mod tests {
         let maps = crate::maps::read(pid).unwrap();
         let exe = maps.iter().find(|m| m.perms.exec && m.file().is_some()).unwrap();
         let data = read_module(pid, exe, MODULE_LIMIT).unwrap().expect("an ELF file");
+        assert_eq!(&data[..4], ELF_MAGIC);
+        let mut wrong = exe.clone();
+        wrong.inode += 1;
+        let err = read_module(pid, &wrong, MODULE_LIMIT).unwrap_err();
+        assert!(matches!(err, InputError::NotMapped { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_mapping_of_an_ended_process_is_read_by_path_with_its_inode_checked() {
+        let mut child = std::process::Command::new("sleep").arg("10").spawn().unwrap();
+        let pid = child.id() as i32;
+        let exe = loop {
+            let maps = crate::maps::read(pid).unwrap();
+            // Until the exec is done, the mappings are the forking test's.
+            if let Some(m) = maps.iter().find(|m| m.perms.exec && m.name.ends_with("/sleep")) {
+                break m.clone();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let data = read_module(pid, &exe, MODULE_LIMIT).unwrap().expect("an ELF file");
         assert_eq!(&data[..4], ELF_MAGIC);
         let mut wrong = exe.clone();
         wrong.inode += 1;

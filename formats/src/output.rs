@@ -1,6 +1,6 @@
 //! Files the tools write: reports and other outputs, written atomically.
 //!
-//! papirus-probe often runs as root, so an output is never opened through a
+//! The papirus tools often run as root, so an output is never opened through a
 //! name someone else may have planted: the bytes go to a fresh file created
 //! with `O_EXCL` in the destination directory, which is then renamed over
 //! the destination. A symlink at the destination is replaced, never

@@ -1,0 +1,54 @@
+//! PAPI's command-line tools as papirus' C programs (capi/tools), built
+//! with their Makefile against papirus' library and run.
+
+use std::path::Path;
+use std::process::Command;
+
+use papirus_testkit::{debian_package, runs, skip};
+
+use crate::common::{Lib, assert_ok, env, run};
+
+#[test]
+fn papi_tools_build_and_report() {
+    if let Err(e) = debian_package("make", || runs("make", &["--version"])) {
+        skip(format!("make is not available: {e}"));
+        return;
+    }
+    let dir = &env().papirus_lib;
+    let tools = Path::new(env!("CARGO_MANIFEST_DIR")).join("tools");
+    let o =
+        Command::new("make").arg("-C").arg(&tools).arg(format!("TARGET={}", dir.display())).output().unwrap();
+    assert_ok("make -C capi/tools", &o);
+    let text = |name: &str, args: &[&str]| {
+        let mut c = Command::new(dir.join(name));
+        c.args(args).env("LD_LIBRARY_PATH", dir);
+        let o = c.output().unwrap();
+        assert_ok(name, &o);
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let avail = text("papi_avail", &[]);
+    assert!(avail.contains("Of 108 possible events"), "{avail}");
+    assert!(avail.contains("PAPI_TOT_CYC"), "{avail}");
+    let native = text("papi_native_avail", &[]);
+    assert!(native.contains("Native Events in Component: perf_event"), "{native}");
+    assert!(native.contains("task-clock"), "{native}");
+    let cl = text("papi_command_line", &["perf::TASK-CLOCK", "perf::PAGE-FAULTS"]);
+    let count = |key: &str| -> i64 {
+        cl.lines()
+            .find_map(|l| {
+                l.strip_prefix(key)
+                    .and_then(|r| r.trim_start_matches(" :").split_whitespace().next()?.parse().ok())
+            })
+            .unwrap_or_else(|| panic!("no {key} in {cl}"))
+    };
+    assert!(count("perf::TASK-CLOCK") > 1_000_000, "{cl}");
+    assert!(count("perf::PAGE-FAULTS") >= 8000, "the workload touches 32 MiB: {cl}");
+    let cost = text("papi_cost", &["-t", "2000"]);
+    assert!(cost.contains("Total cost for PAPI_read (2 counters) over 2000 iterations"), "{cost}");
+    let res = text("papi_clockres", &[]);
+    assert!(res.contains("PAPI_get_virt_nsec :"), "{res}");
+    // The tools ran on papirus' library, found by their RPATH as well.
+    let o = run(&dir.join("papi_avail"), Lib::Debian, &[]);
+    assert_ok("papi_avail without LD_LIBRARY_PATH", &o);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(papirus)"));
+}

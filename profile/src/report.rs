@@ -1,0 +1,313 @@
+//! Reports of a recording: a flat and a call-graph text report in the
+//! manner of `perf report`, and the files other viewers open: pprof
+//! (`go tool pprof`, speedscope, Perfetto), folded stacks (inferno,
+//! speedscope) and a flame graph SVG (any browser).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use papirus_formats::{flamegraph, folded, pprof};
+
+use crate::recording::{CallGraph, Frame, Recording, TriggerInfo};
+
+/// A column the flat profile groups samples by (`--sort`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SortKey {
+    /// Process id.
+    Pid,
+    /// Thread id.
+    Tid,
+    /// Thread name.
+    Comm,
+    /// Module (shared object).
+    Dso,
+    /// Function.
+    Sym,
+}
+
+impl SortKey {
+    /// Parses one key by perf's name: `pid`, `tid`, `comm`, `dso`, `sym`.
+    pub fn parse(key: &str) -> Result<SortKey, String> {
+        match key.trim() {
+            "pid" => Ok(SortKey::Pid),
+            "tid" => Ok(SortKey::Tid),
+            "comm" => Ok(SortKey::Comm),
+            "dso" => Ok(SortKey::Dso),
+            "sym" | "symbol" => Ok(SortKey::Sym),
+            other => Err(format!("unknown sort key {other:?}: use pid, tid, comm, dso, sym")),
+        }
+    }
+
+    fn heading(self) -> &'static str {
+        match self {
+            SortKey::Pid => "Pid",
+            SortKey::Tid => "Tid",
+            SortKey::Comm => "Command",
+            SortKey::Dso => "Shared Object",
+            SortKey::Sym => "Symbol",
+        }
+    }
+}
+
+/// What a report shows.
+#[derive(Clone, Debug)]
+pub struct ReportOptions {
+    /// Flat profile columns (default `comm,dso,sym`, as perf).
+    pub sort: Vec<SortKey>,
+    /// Rows and call-graph branches under this share (%) are left out.
+    pub percent_limit: f64,
+    /// Folded stacks and flame graphs: one root per thread (`comm-pid/tid`)
+    /// instead of one per process name.
+    pub per_thread: bool,
+}
+
+impl Default for ReportOptions {
+    fn default() -> Self {
+        ReportOptions {
+            sort: vec![SortKey::Comm, SortKey::Dso, SortKey::Sym],
+            percent_limit: 0.5,
+            per_thread: false,
+        }
+    }
+}
+
+fn module_name(f: &Frame) -> &str {
+    f.module.rsplit('/').next().unwrap_or(&f.module)
+}
+
+fn pct(part: u64, total: u64) -> f64 {
+    if total == 0 { 0.0 } else { 100.0 * part as f64 / total as f64 }
+}
+
+fn trigger_text(r: &Recording) -> String {
+    match r.event.trigger {
+        TriggerInfo::Frequency(hz) => format!("{hz} Hz"),
+        TriggerInfo::Period(p) => format!("every {p} {}", r.event.unit),
+    }
+}
+
+fn target_text(r: &Recording) -> String {
+    match (&r.target.command, &r.exit) {
+        (Some(c), Some(e)) => {
+            let how = match e.signal {
+                Some(s) => format!("killed by signal {s}"),
+                None => format!("exit status {}", e.code),
+            };
+            format!("command: {} (pid {}, {how})", c.join(" "), r.target.pid)
+        }
+        (Some(c), None) => format!("command: {} (pid {})", c.join(" "), r.target.pid),
+        (None, _) => format!("process: {}", r.target.pid),
+    }
+}
+
+/// The `# …` lines every text report starts with: target, event, samples
+/// and losses, threads.
+pub fn header(r: &Recording) -> String {
+    let mut s = String::new();
+    let total: u64 = r.samples.iter().map(|x| x.weight).sum();
+    let _ = writeln!(s, "# {}", target_text(r));
+    let chains = match r.event.call_graph {
+        CallGraph::None => "",
+        CallGraph::Fp => ", call chains (frame pointers)",
+        CallGraph::Dwarf => ", call chains (DWARF unwinding of user stack copies)",
+    };
+    let _ = writeln!(s, "# event: {}, {}{chains}", r.event.name, trigger_text(r));
+    let _ = writeln!(
+        s,
+        "# {} samples, weight {total} {}, in {:.3} s",
+        r.total_samples(),
+        r.event.unit,
+        r.duration_ns as f64 / 1e9
+    );
+    let ri = &r.rings;
+    let _ = writeln!(
+        s,
+        "# lost: {} samples ({} LOST records) in {} rings of {} data pages; throttled {} times",
+        ri.lost, ri.lost_records, ri.rings, ri.data_pages, ri.throttles
+    );
+    if ri.parse_errors > 0 {
+        let _ = writeln!(s, "# {} records did not parse and were skipped", ri.parse_errors);
+    }
+    for u in &r.unreadable_modules {
+        let _ = writeln!(s, "# unreadable module {}: {}", u.path, u.reason);
+    }
+    let mut per_thread: BTreeMap<(u32, u32), u64> = BTreeMap::new();
+    for x in &r.samples {
+        *per_thread.entry((x.pid, x.tid)).or_default() += x.count;
+    }
+    let _ = writeln!(s, "#\n# {:>8} {:>8}  {:<16} {:>10}", "pid", "tid", "comm", "samples");
+    for ((pid, tid), n) in per_thread {
+        let _ = writeln!(s, "# {pid:>8} {tid:>8}  {:<16} {n:>10}", r.comm(tid));
+    }
+    s
+}
+
+/// The flat profile and, with call chains, the call graph: `perf report`'s
+/// two views as text.
+pub fn text(r: &Recording, opts: &ReportOptions) -> String {
+    let mut s = header(r);
+    let total: u64 = r.samples.iter().map(|x| x.weight).sum();
+    // Per row key: self weight, children weight (once per stack), samples.
+    let mut rows: HashMap<Vec<String>, (u64, u64, u64)> = HashMap::new();
+    for x in &r.samples {
+        let frames: Vec<&Frame> = r.stack(x.stack).collect();
+        let key_of = |f: &Frame| -> Vec<String> {
+            opts.sort
+                .iter()
+                .map(|k| match k {
+                    SortKey::Pid => x.pid.to_string(),
+                    SortKey::Tid => x.tid.to_string(),
+                    SortKey::Comm => r.comm(x.tid).to_string(),
+                    SortKey::Dso => module_name(f).to_string(),
+                    SortKey::Sym => f.name.clone(),
+                })
+                .collect()
+        };
+        // Children: once per stack however often recursion repeats a key.
+        let mut seen = HashSet::new();
+        for f in &frames {
+            let key = key_of(f);
+            if seen.insert(key.clone()) {
+                rows.entry(key).or_default().1 += x.weight;
+            }
+        }
+        if let Some(leaf) = frames.last() {
+            let e = rows.entry(key_of(leaf)).or_default();
+            e.0 += x.weight;
+            e.2 += x.count;
+        }
+    }
+    let mut rows: Vec<(Vec<String>, (u64, u64, u64))> = rows.into_iter().collect();
+    rows.sort_by(|a, b| b.1.0.cmp(&a.1.0).then(b.1.1.cmp(&a.1.1)).then(a.0.cmp(&b.0)));
+    let chains = r.event.call_graph != CallGraph::None;
+    let widths: Vec<usize> = opts
+        .sort
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            rows.iter().map(|(key, _)| key[i].chars().count()).max().unwrap_or(0).max(k.heading().len())
+        })
+        .collect();
+    let _ = writeln!(s, "#");
+    let mut head = String::from("#");
+    if chains {
+        head.push_str(" Children");
+    }
+    head.push_str("     Self   Samples");
+    for (k, w) in opts.sort.iter().zip(&widths) {
+        let _ = write!(head, "  {:<w$}", k.heading());
+    }
+    let _ = writeln!(s, "{}", head.trim_end());
+    for (key, (own, children, count)) in &rows {
+        if pct(*own, total) < opts.percent_limit && pct(*children, total) < opts.percent_limit {
+            continue;
+        }
+        let mut line = String::from(" ");
+        if chains {
+            let _ = write!(line, " {:>7.2}%", pct(*children, total));
+        }
+        let _ = write!(line, " {:>7.2}% {count:>9}", pct(*own, total));
+        for (v, w) in key.iter().zip(&widths) {
+            let _ = write!(line, "  {v:<w$}");
+        }
+        let _ = writeln!(s, "{}", line.trim_end());
+    }
+    if chains {
+        let _ = writeln!(
+            s,
+            "\n# Call graph: callers above their callees, % of all weight; branches under {} % left out",
+            opts.percent_limit
+        );
+        call_graph(r, total, opts.percent_limit, &mut s);
+    }
+    s
+}
+
+#[derive(Default)]
+struct Node {
+    weight: u64,
+    children: HashMap<u32, Node>,
+}
+
+fn call_graph(r: &Recording, total: u64, limit: f64, s: &mut String) {
+    let mut root = Node::default();
+    for x in &r.samples {
+        let mut n = &mut root;
+        for &f in &r.stacks[x.stack as usize] {
+            n = n.children.entry(f).or_default();
+            n.weight += x.weight;
+        }
+    }
+    fn walk(r: &Recording, n: &Node, depth: usize, total: u64, limit: f64, s: &mut String) {
+        let mut kids: Vec<(&u32, &Node)> = n.children.iter().collect();
+        kids.sort_by(|a, b| b.1.weight.cmp(&a.1.weight).then(a.0.cmp(b.0)));
+        for (&f, child) in kids {
+            let p = pct(child.weight, total);
+            if p < limit {
+                continue;
+            }
+            let frame = &r.frames[f as usize];
+            let _ =
+                writeln!(s, "{:>7.2}%  {}{}  [{}]", p, "  ".repeat(depth), frame.name, module_name(frame));
+            walk(r, child, depth + 1, total, limit, s);
+        }
+    }
+    walk(r, &root, 0, total, limit, s);
+}
+
+/// Each thread-and-stack of the recording as frame names from the root
+/// (a first frame naming the process, or the thread with `per_thread`)
+/// with its sample count.
+fn named_stacks<'a>(r: &'a Recording, per_thread: bool) -> impl Iterator<Item = (Vec<String>, u64)> + 'a {
+    r.samples.iter().map(move |x| {
+        let comm = r.comm(x.tid);
+        let root = if per_thread { format!("{comm}-{}/{}", x.pid, x.tid) } else { comm.to_string() };
+        let frames = std::iter::once(root).chain(r.stack(x.stack).map(|f| f.name.clone())).collect();
+        (frames, x.count)
+    })
+}
+
+/// Writes folded stacks (sample counts).
+pub fn write_folded(r: &Recording, opts: &ReportOptions, out: impl Write) -> io::Result<()> {
+    folded::write(out, named_stacks(r, opts.per_thread))
+}
+
+/// Writes a flame graph SVG of the sample counts.
+pub fn write_flamegraph(r: &Recording, opts: &ReportOptions, out: impl Write) -> io::Result<()> {
+    let options = flamegraph::Options {
+        title: format!("papirus-profile: {}, {}", r.event.name, trigger_text(r)),
+        subtitle: Some(target_text(r)),
+        count_name: "samples".into(),
+        inverted: false,
+    };
+    flamegraph::write_svg(out, named_stacks(r, opts.per_thread), &options)
+}
+
+/// Writes the recording as a gzip'd pprof profile: sample counts and summed
+/// periods (`cpu`/`nanoseconds` for the clocks, as Go's CPU profiles), a
+/// sample per thread and stack labelled `thread`, `pid` and `tid`.
+pub fn write_pprof(r: &Recording, out: impl Write) -> io::Result<()> {
+    let clock = r.event.unit == "ns";
+    let (kind, unit) = if clock { ("cpu", "nanoseconds") } else { (r.event.name.as_str(), "count") };
+    let mut b = pprof::Builder::new(&[("samples", "count"), (kind, unit)]);
+    let period = match r.event.trigger {
+        TriggerInfo::Frequency(hz) if clock && hz > 0 => 1_000_000_000 / hz as i64,
+        TriggerInfo::Frequency(_) => 0,
+        TriggerInfo::Period(p) => p as i64,
+    };
+    b.period(kind, unit, period)
+        .time(r.start_unix_ns as i64, r.duration_ns as i64)
+        .default_sample_type(kind)
+        .comment(&target_text(r));
+    for x in &r.samples {
+        let frames: Vec<&str> = r.stack(x.stack).map(|f| f.name.as_str()).collect();
+        let labels = [
+            pprof::Label { key: "thread", value: pprof::LabelValue::Str(r.comm(x.tid)) },
+            pprof::Label { key: "pid", value: pprof::LabelValue::Num(i64::from(x.pid), None) },
+            pprof::Label { key: "tid", value: pprof::LabelValue::Num(i64::from(x.tid), None) },
+        ];
+        b.add(&frames, &[x.count as i64, x.weight as i64], &labels).map_err(io::Error::other)?;
+    }
+    b.write_gz(out)
+}
