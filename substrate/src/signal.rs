@@ -101,6 +101,11 @@ pub fn set_default(signal: i32) -> std::io::Result<()> {
     dispose(signal, libc::SIG_DFL, 0)
 }
 
+/// Ignores `signal` (SIG_IGN); a program started later inherits that.
+pub fn ignore(signal: i32) -> std::io::Result<()> {
+    dispose(signal, libc::SIG_IGN, 0)
+}
+
 /// Catches `signal` with a handler that does nothing, restarting the system
 /// call it interrupts: a write to a closed pipe then fails with EPIPE
 /// instead of ending the process, while a program started later gets the
@@ -112,7 +117,7 @@ pub fn discard(signal: i32) -> std::io::Result<()> {
 
 fn dispose(signal: i32, handler: libc::sighandler_t, flags: i32) -> std::io::Result<()> {
     // SAFETY: a zeroed sigaction (empty mask) is a valid value; `handler` is
-    // SIG_DFL or a handler that touches nothing, so it is
+    // SIG_DFL, SIG_IGN or a handler that touches nothing, so it is
     // async-signal-safe; `act` lives for the call and the old action is not asked for.
     let ret = unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();

@@ -8,6 +8,7 @@
 //! runs to its end. A process given with `-p` is counted on each of its
 //! threads that exist at start (and what they create afterwards), `-a` and
 //! `-C` count CPUs.
+#![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -386,30 +387,18 @@ struct Ended {
     sys_ns: u64,
 }
 
-/// Waits for child `pid` on a thread, so intervals can be printed meanwhile.
-fn waiter(pid: i32) -> mpsc::Receiver<Ended> {
+/// Waits for the resumed command on a thread, so intervals can be printed meanwhile.
+fn waiter(mut command: StoppedCommand) -> mpsc::Receiver<Ended> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut status = 0;
-        // SAFETY: an all-zero rusage is a valid value of that plain C struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `status` and `ru` are valid out-pointers for the call's duration.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        let code = if r != pid {
-            2
-        } else if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else if libc::WIFSIGNALED(status) {
-            128 + libc::WTERMSIG(status)
-        } else {
-            2
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let ended = match command.wait_usage() {
+            Ok((exit, user, sys)) => {
+                Ended { code: ExitCode::from(exit.code()), user_ns: ns(user), sys_ns: ns(sys) }
+            }
+            Err(_) => Ended { code: ExitCode::from(2), user_ns: 0, sys_ns: 0 },
         };
-        let ns = |t: libc::timeval| (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_usec as u64 * 1000;
-        let _ = tx.send(Ended {
-            code: ExitCode::from(code as u8),
-            user_ns: ns(ru.ru_utime),
-            sys_ns: ns(ru.ru_stime),
-        });
+        let _ = tx.send(ended);
     });
     rx
 }
@@ -450,14 +439,13 @@ fn measure(
             s.start()?;
         }
     }
-    let done = match &mut stopped {
-        Some(s) => {
-            // As perf does: ^C ends the command, and the counts are still printed.
-            // SAFETY: SIG_IGN for SIGINT takes no pointers; the command already
-            // runs its own image, so it keeps its default action.
-            unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let done = match stopped.take() {
+        Some(mut s) => {
+            // As perf does: ^C ends the command, and the counts are still
+            // printed (the command resets SIGINT to its default).
+            let _ = papirus_substrate::signal::ignore(libc::SIGINT);
             s.resume().map_err(|e| Failure(format!("cannot resume the command: {e}")))?;
-            Some(waiter(s.pid()))
+            Some(waiter(s))
         }
         None => None,
     };
