@@ -14,6 +14,7 @@ use std::fmt::Display;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use tempfile::TempDir;
 
@@ -28,6 +29,22 @@ pub fn scratch() -> TempDir {
         .prefix("papirus-test-")
         .tempdir()
         .unwrap_or_else(|e| panic!("a temporary directory: {e}"))
+}
+
+/// A private scratch directory the tests of one test binary share (what
+/// they build or record once), removed when the binary exits.
+pub fn shared_scratch() -> &'static Path {
+    static DIR: OnceLock<TempDir> = OnceLock::new();
+    extern "C" fn remove() {
+        if let Some(d) = DIR.get() {
+            let _ = std::fs::remove_dir_all(d.path());
+        }
+    }
+    DIR.get_or_init(|| {
+        papirus_substrate::exit::at_exit(remove).expect("atexit");
+        scratch()
+    })
+    .path()
 }
 
 /// A program built into a scratch directory of its own, removed with it.
