@@ -80,7 +80,8 @@ impl AsRef<OsStr> for Built {
     }
 }
 
-/// A C or C++ program or shared library built by gcc/g++ for a test.
+/// A C, C++ or Fortran program or shared library built by gcc, g++ or
+/// gfortran (by the sources' extensions) for a test.
 /// Sources in `testkit/targets` may include `papirus_target.h`, the bodies
 /// the targets share.
 ///
@@ -155,11 +156,18 @@ impl Cc {
 
     /// Builds `dir/name`, or says why not.
     pub fn try_build(&self, dir: &Path, name: &str) -> Result<PathBuf, String> {
-        let cxx = self
-            .sources
-            .iter()
-            .any(|s| matches!(s.extension().and_then(OsStr::to_str), Some("cpp" | "cc" | "cxx")));
-        let compiler = if cxx { "g++" } else { "gcc" };
+        let is = |exts: &[&str]| {
+            self.sources
+                .iter()
+                .any(|s| s.extension().and_then(OsStr::to_str).is_some_and(|e| exts.contains(&e)))
+        };
+        let compiler = if is(&["f", "F", "f90", "F90"]) {
+            "gfortran"
+        } else if is(&["cpp", "cc", "cxx"]) {
+            "g++"
+        } else {
+            "gcc"
+        };
         let out = dir.join(name);
         let o = Command::new(compiler)
             .arg(&self.opt)
