@@ -34,6 +34,15 @@ __attribute__((unused)) static int echo_stdin(void) {
     return 0;
 }
 
+/* `units` × 100,000 multiply-adds, inlined into its caller, so that the
+ * caller is the leaf of every sample taken meanwhile. */
+static volatile unsigned long spin_sink;
+static inline __attribute__((always_inline)) void spin(unsigned long units) {
+    unsigned long x = spin_sink;
+    for (unsigned long i = 0; i < units * 100000UL; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
+    spin_sink = x;
+}
+
 /* About 100 ns of work that cannot be folded away. */
 NOINLINE long g(long x) {
     long s = 0;
