@@ -13,13 +13,38 @@ pub struct Options {
     pub count_name: String,
     /// Draw an icicle graph (roots at the top) instead of flames.
     pub inverted: bool,
+    /// Frames narrower than this many pixels are left out (inferno's 0.01
+    /// by default; 0 draws every frame, however narrow).
+    pub min_width: f64,
 }
 
 impl Default for Options {
-    /// "Flame Graph", no subtitle, weights counted as samples, flames upward.
+    /// "Flame Graph", no subtitle, weights counted as samples, flames
+    /// upward, frames under 0.01 pixels left out.
     fn default() -> Self {
-        Options { title: "Flame Graph".into(), subtitle: None, count_name: "samples".into(), inverted: false }
+        Options {
+            title: "Flame Graph".into(),
+            subtitle: None,
+            count_name: "samples".into(),
+            inverted: false,
+            min_width: 0.01,
+        }
     }
+}
+
+fn inferno_options(options: &Options) -> inferno::flamegraph::Options<'static> {
+    let mut opt = inferno::flamegraph::Options::default();
+    opt.title = options.title.clone();
+    opt.subtitle = options.subtitle.clone();
+    opt.count_name = options.count_name.clone();
+    opt.min_width = options.min_width;
+    // The same input draws the same picture (golden files, diffs).
+    opt.deterministic = true;
+    opt.hash = true;
+    if options.inverted {
+        opt.direction = inferno::flamegraph::Direction::Inverted;
+    }
+    opt
 }
 
 /// Draws `stacks` (frames root first, weight) as a flame graph SVG into
@@ -37,18 +62,38 @@ where
     if lines.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no stacks with a weight: nothing to draw"));
     }
-    let mut opt = inferno::flamegraph::Options::default();
-    opt.title = options.title.clone();
-    opt.subtitle = options.subtitle.clone();
-    opt.count_name = options.count_name.clone();
-    // The same input draws the same picture (golden files, diffs).
-    opt.deterministic = true;
-    opt.hash = true;
-    if options.inverted {
-        opt.direction = inferno::flamegraph::Direction::Inverted;
-    }
-    inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), out)
+    inferno::flamegraph::from_lines(&mut inferno_options(options), lines.iter().map(String::as_str), out)
         .map_err(|e| io::Error::other(format!("flame graph: {e}")))
+}
+
+/// Draws a flame chart: `intervals` (stacks, root first, with their widths)
+/// in time order, left to right, neither sorted nor merged (a frame spans
+/// consecutive intervals that share it). An input without any non-zero
+/// width is an error, as for [`write_svg`].
+pub fn write_chart_svg<W, I, S, F>(out: W, intervals: I, options: &Options) -> io::Result<()>
+where
+    W: Write,
+    I: IntoIterator<Item = (S, u64)>,
+    S: IntoIterator<Item = F>,
+    F: AsRef<str>,
+{
+    let mut lines: Vec<String> = Vec::new();
+    let mut any = false;
+    for (frames, w) in intervals {
+        let names: Vec<String> =
+            frames.into_iter().map(|f| crate::folded::frame_name(f.as_ref()).into_owned()).collect();
+        any |= w > 0;
+        lines.push(format!("{} {w}", names.join(";")));
+    }
+    if !any {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no interval with a width: nothing to draw"));
+    }
+    let mut opt = inferno_options(options);
+    opt.flame_chart = true;
+    // inferno draws a flame chart's lines last to first.
+    lines.reverse();
+    inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), out)
+        .map_err(|e| io::Error::other(format!("flame chart: {e}")))
 }
 
 #[cfg(test)]
@@ -81,6 +126,24 @@ mod tests {
         assert!(t.iter().any(|t| t == "main (100 ns, 100.00%)"), "{t:?}");
         assert!(t.iter().any(|t| t == "hot (60 ns, 60.00%)"), "{t:?}");
         assert!(t.iter().any(|t| t == "cool (10 ns, 10.00%)"), "{t:?}");
+    }
+
+    #[test]
+    fn a_chart_keeps_time_order_and_every_frame() {
+        let intervals = [
+            (vec!["t", "main"], 10u64),
+            (vec!["t", "main", "g"], 1),
+            (vec!["t", "main"], 10),
+            (vec!["t", "main", "g"], 1),
+            (vec!["t", "main"], 10),
+        ];
+        let mut svg = Vec::new();
+        let o = Options { count_name: "ns".into(), min_width: 0.0, ..Options::default() };
+        write_chart_svg(&mut svg, intervals, &o).unwrap();
+        let t = titles(std::str::from_utf8(&svg).unwrap());
+        // Two calls of g stay two frames; main spans them all.
+        assert_eq!(t.iter().filter(|t| t.starts_with("g (1 ns")).count(), 2, "{t:?}");
+        assert_eq!(t.iter().filter(|t| t.starts_with("main (32 ns")).count(), 1, "{t:?}");
     }
 
     #[test]

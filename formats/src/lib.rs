@@ -9,10 +9,19 @@
 //! - [`flamegraph`]: a flame graph SVG drawn by the `inferno` crate;
 //! - [`pprof`]: `profile.proto`, gzip-compressed, read by `go tool pprof`,
 //!   speedscope and Perfetto;
+//! - [`chrome`]: Chrome Trace Event Format JSON (a timeline of calls per
+//!   thread), read by Perfetto UI and speedscope;
+//! - [`tau`]: TAU profile directories with call paths, read by ParaProf,
+//!   TAU's `pprof` and Hatchet;
+//! - [`otf2`]: OTF2 archives (Vampir, Score-P's tools), written through the
+//!   system's libotf2, loaded at run time (the one module with unsafe code);
 //! - [`output`]: writing any of them atomically, never through a planted link.
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
+pub mod chrome;
 pub mod flamegraph;
 pub mod folded;
+pub mod otf2;
 pub mod output;
 pub mod pprof;
+pub mod tau;

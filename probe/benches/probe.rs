@@ -1,6 +1,8 @@
 //! Per-call cost of an instrumented call: the uninstrumented call, the
 //! trampoline with the empty probe (entry + exit hooks, no clock), with the
-//! wallclock probe (two TSC reads), with the counters probe reading
+//! wallclock probe (two TSC reads, the call-path tree), the wallclock probe
+//! tracing every call into its ring while a thread drains it into a trace
+//! file (as `papirus-probe run --trace` does), with the counters probe reading
 //! task-clock (the substrate's user-space path, behind an XSAVE of the
 //! extended state), and uprobe+uretprobe counting on the same body (a typical
 //! -O2 entry, and one behind a 5-byte nop), all in one run.
@@ -28,6 +30,193 @@ fn bench(c: &mut Criterion, name: &str, drive: Drive, f: Tiny) {
     });
 }
 
+/// A thread draining the in-process session's trace rings into a trace
+/// file every 2 ms while tracing is on, as the tool does for a target.
+struct Drain {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<(u64, u64)>,
+}
+
+impl Drain {
+    fn start(patched: &papirus_probe::session::cost::Instrumented<'_>) -> Drain {
+        use papirus_probe::session::trace::{Filter, TRACE_VERSION, TraceFooter, TraceHeader, Tracing};
+        let words = patched.segment();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let seg = papirus_probe_abi::segment::Segment::new(words).expect("the in-process segment");
+            let g = seg.geometry();
+            let header = TraceHeader {
+                format_version: TRACE_VERSION,
+                pid: std::process::id(),
+                probe: "wallclock".into(),
+                command: "bench".into(),
+                functions: vec!["tiny".into()],
+                traced: g.shape.funcs,
+                events: vec![],
+                start_tsc: 0,
+                ticks_per_second: 0.0,
+                ring: g.shape.ring,
+                record_words: g.shape.record_words,
+                min_duration_ns: 0,
+                max_depth: None,
+            };
+            let dir = tempfile::tempdir().expect("a scratch directory");
+            let filter = Filter { functions: g.shape.funcs, depth: u64::MAX, min_ticks: 0 };
+            let mut t =
+                Tracing::start(&dir.path().join("bench.ptrace"), &seg, &header, filter).expect("trace file");
+            t.drain_until(&seg, &flag);
+            let s = t.finish(&seg, 0, TraceFooter::default()).expect("trace file");
+            (s.calls, s.lost)
+        });
+        patched.set_tracing(true);
+        Drain { stop, thread }
+    }
+
+    /// Stops tracing, then the drainer; (calls written, calls lost).
+    fn stop(self, patched: &papirus_probe::session::cost::Instrumented<'_>) -> (u64, u64) {
+        patched.set_tracing(false);
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.join().expect("the drainer")
+    }
+}
+
+/// The same body in a separate program, timed inside it (wall clock, so a
+/// tool's start-up and write-out are left out): plain, under `papirus-probe
+/// run` with the wallclock probe, with `--trace` (the tool draining the
+/// rings into a trace file as the program runs), and under `uftrace record
+/// -P` (Debian's uftrace, installed here if missing), one after the other.
+fn end_to_end() {
+    use papirus_probe::session::cost::{Driver, DriverRun, uftrace, uftraced};
+    use papirus_probe::session::{RunOptions, Selection, TraceRequest, find_runtime, run};
+    const BATCH: u64 = 16_384;
+    const SAMPLES: u64 = 60;
+    let driver = Driver::build().unwrap_or_else(|e| panic!("{e}"));
+    let plain = driver.run_under(std::process::Command::new(driver.path()), BATCH, SAMPLES, "plain").unwrap();
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let papirus = |name: &str, trace: bool| -> (DriverRun, Option<papirus_probe::session::TraceSummary>) {
+        let (args, out) = driver.args(BATCH, SAMPLES, name);
+        let opts = RunOptions {
+            probe: Probe::Wallclock,
+            events: vec![],
+            selection: Selection { functions: vec!["tiny".into()], ..Selection::default() },
+            output: dir.path().join(format!("{name}.json")),
+            program: driver.path().to_path_buf(),
+            args,
+            runtime: find_runtime().unwrap_or_else(|e| panic!("{e}")),
+            per_thread: false,
+            nodes: 0,
+            trace: trace.then(|| TraceRequest {
+                output: dir.path().join(format!("{name}.ptrace")),
+                functions: vec![],
+                min_duration: Duration::ZERO,
+                depth: None,
+                ring: papirus_probe_abi::DEFAULT_RING,
+            }),
+        };
+        let s = run(&opts).unwrap_or_else(|e| panic!("papirus-probe run: {e}"));
+        (Driver::read(&out).unwrap(), s.trace)
+    };
+    let (wall, _) = papirus("wallclock", false);
+    let (traced, summary) = papirus("trace", true);
+    for r in [&wall, &traced] {
+        assert_eq!(r.checksum, plain.checksum, "instrumented, the driver computes what it computes plain");
+    }
+    let uf = papirus_testkit::debian_package("uftrace", || uftrace().is_some())
+        .and_then(|()| uftrace().ok_or_else(|| "uftrace not on PATH".to_string()))
+        .and_then(|u| uftraced(&driver, &u, &plain, BATCH, SAMPLES));
+    let base = plain.median();
+    let added = |r: &DriverRun| r.median() - base;
+    println!(
+        "\nend to end, each a separate run of one program, timed inside it (median of {SAMPLES} × {BATCH} calls, wall clock):"
+    );
+    println!("  uninstrumented                 {base:8.2} ns");
+    println!("  papirus-probe run, wallclock   {:8.2} ns  (+{:.2} ns)", wall.median(), added(&wall));
+    println!(
+        "  papirus-probe run --trace      {:8.2} ns  (+{:.2} ns, {:.2}× the wallclock probe's added cost; goal ≤ 2×)",
+        traced.median(),
+        added(&traced),
+        added(&traced) / added(&wall)
+    );
+    if let Some(t) = summary {
+        println!(
+            "    trace: {} calls written ({:.1} MB, {:.0} bytes a call), {} lost to ring overwrites",
+            t.calls,
+            t.bytes as f64 / 1e6,
+            t.bytes as f64 / t.calls.max(1) as f64,
+            t.lost
+        );
+    }
+    match uf {
+        Ok(u) => println!(
+            "  uftrace record -P tiny         {:8.2} ns  (+{:.2} ns, {:.1}× papirus' trace per call)",
+            u.median(),
+            added(&u),
+            added(&u) / added(&traced)
+        ),
+        Err(e) => println!("  uftrace record -P tiny         not measured: {e}"),
+    }
+}
+
+/// Calls per second (and bytes per second) one drainer moves from a full
+/// ring into a trace file: a segment of one slot whose ring a pretend
+/// writer refills between drains.
+fn drain_rate() -> (f64, f64) {
+    use papirus_probe::session::trace::{Filter, TRACE_VERSION, TraceFooter, TraceHeader, Tracing};
+    use papirus_probe_abi::layout::{self, Geometry, Shape, hdr, record, slot};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let ring = 1 << 16;
+    let shape =
+        Shape { funcs: 1, nodes: 2, proc_nodes: 2, depth: 1, slots: 1, procs: 1, ring, record_words: 3 };
+    let g = Geometry::new(shape).expect("a small geometry");
+    let w: Vec<AtomicU64> = (0..g.total_words).map(|_| AtomicU64::new(0)).collect();
+    let set = |i: u64, v: u64| w[i as usize].store(v, Ordering::Relaxed);
+    set(hdr::MAGIC as u64, layout::MAGIC);
+    set(hdr::VERSION as u64, layout::VERSION);
+    set(hdr::TOTAL_WORDS as u64, g.total_words);
+    for (i, v) in shape.header() {
+        set(i as u64, v);
+    }
+    let r = g.slot_at(0) + g.slot_ring();
+    for i in 0..ring {
+        set(r + i * 3, i);
+        set(r + i * 3 + 1, i + 10);
+        set(r + i * 3 + 2, (record::RETURNED << 48) | (1 << 50));
+    }
+    let seg = papirus_probe_abi::segment::Segment::new(&w).expect("the segment");
+    let header = TraceHeader {
+        format_version: TRACE_VERSION,
+        pid: 1,
+        probe: "wallclock".into(),
+        command: "bench".into(),
+        functions: vec!["f".into()],
+        traced: 1,
+        events: vec![],
+        start_tsc: 0,
+        ticks_per_second: 1e9,
+        ring,
+        record_words: 3,
+        min_duration_ns: 0,
+        max_depth: None,
+    };
+    let dir = tempfile::tempdir().expect("a scratch directory");
+    let filter = Filter { functions: 1, depth: u64::MAX, min_ticks: 0 };
+    let mut t = Tracing::start(&dir.path().join("rate.ptrace"), &seg, &header, filter).expect("trace file");
+    let head = g.slot_at(0) + slot::TRACE_HEAD as u64;
+    let rounds = 200;
+    let t0 = std::time::Instant::now();
+    // A ring's worth less one each round: the record past the head is the
+    // one a writer could be overwriting, which a drainer never trusts.
+    for k in 1..=rounds {
+        w[head as usize].store(k * (ring - 1), Ordering::Release);
+        t.drain(&seg);
+    }
+    let s = t.finish(&seg, 0, TraceFooter::default()).expect("trace file");
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!((s.calls, s.lost), (rounds * (ring - 1), 0), "every call drained");
+    (s.calls as f64 / secs, s.bytes as f64 / secs)
+}
+
 fn main() {
     let mut c = Criterion::default().configure_from_args().warm_up_time(Duration::from_secs(1));
     let lib = Target::build().unwrap_or_else(|e| panic!("{e}"));
@@ -47,6 +236,9 @@ fn main() {
     bench(&mut c, "call/trampoline+empty", drive, tiny);
     patched.set_probe(Probe::Wallclock);
     bench(&mut c, "call/trampoline+wallclock", drive, tiny);
+    let traced = Drain::start(&patched);
+    bench(&mut c, "call/trampoline+wallclock+trace", drive, tiny);
+    let drained = traced.stop(&patched);
     if counters {
         patched.set_probe(Probe::Counters);
         bench(&mut c, "call/trampoline+counters(task-clock)", drive, tiny);
@@ -72,6 +264,9 @@ fn main() {
     let empty = ns_per_call(drive, tiny, n, 7);
     patched.set_probe(Probe::Wallclock);
     let wall = ns_per_call(drive, tiny, n, 7);
+    let traced = Drain::start(&patched);
+    let trace = ns_per_call(drive, tiny, n, 7);
+    let drained_summary = traced.stop(&patched);
     patched.set_probe(Probe::Counters);
     let cnt = counters.then(|| ns_per_call(drive, tiny, n / 10, 7));
     patched.set_probe(Probe::Wallclock);
@@ -87,6 +282,16 @@ fn main() {
         wall - base,
         wall / base
     );
+    println!(
+        "  trampoline, wallclock+trace{trace:8.2} ns  (+{:.2} ns, {:.2}× the wallclock probe's added cost; goal ≤ 2×)",
+        trace - base,
+        (trace - base) / (wall - base)
+    );
+    for (what, (calls, lost)) in [("criterion rows", drained), ("summary", drained_summary)] {
+        println!(
+            "    trace drained during the {what}: {calls} calls written, {lost} lost to ring overwrites"
+        );
+    }
     if let Some(cnt) = cnt {
         println!(
             "  trampoline, counters       {cnt:8.2} ns  (+{:.2} ns, {:.1}× the call; task-clock)",
@@ -102,6 +307,14 @@ fn main() {
             (up - base) / (wall - base)
         );
     }
+    let (rate, bytes) = drain_rate();
+    println!(
+        "  trace drain (ring to trace file): {:.1} M calls/s, {:.0} MB/s written; ring memory: {} MiB per traced thread (default --trace-buffer)",
+        rate / 1e6,
+        bytes / 1e6,
+        (papirus_probe_abi::DEFAULT_RING * 3 * 8) >> 20
+    );
+    end_to_end();
     drop(probes);
     patched.remove().unwrap_or_else(|e| panic!("{e}"));
     c.final_summary();

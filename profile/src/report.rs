@@ -279,7 +279,7 @@ pub fn write_flamegraph(r: &Recording, opts: &ReportOptions, out: impl Write) ->
         title: format!("papirus-profile: {}, {}", r.event.name, trigger_text(r)),
         subtitle: Some(target_text(r)),
         count_name: "samples".into(),
-        inverted: false,
+        ..flamegraph::Options::default()
     };
     flamegraph::write_svg(out, named_stacks(r, opts.per_thread), &options)
 }

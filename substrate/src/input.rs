@@ -120,14 +120,20 @@ pub enum InputError {
 /// Reads the regular file `path` names (the user named it: symlinks are
 /// followed), at most `limit` bytes.
 pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    Ok(read_file_if(path, b"", limit)?.unwrap_or_default())
+}
+
+/// Reads the regular file `path` names, at most `limit` bytes, when it
+/// begins with `magic`; `None` (after reading only `magic.len()` bytes) when
+/// it does not, so one large bound serves one kind of file only.
+pub fn read_file_if(path: &Path, magic: &[u8], limit: u64) -> Result<Option<Vec<u8>>, InputError> {
     let io = |source| InputError::Io { path: path.to_path_buf(), source };
     let handle = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
         .open(path)
         .map_err(io)?;
-    let data = read_checked(handle, path, limit, b"", |_| Ok(()))?;
-    Ok(data.unwrap_or_default())
+    read_checked(handle, path, limit, magic, |_| Ok(()))
 }
 
 /// Reads the ELF file process `pid` maps at `m`, at most `limit` bytes:

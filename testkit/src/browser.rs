@@ -6,7 +6,12 @@
 //! speedscope's `#profileURL=`; an SVG is opened as a page. For each file
 //! the page's title, its console warnings and errors, uncaught page errors
 //! and any dialog (speedscope's "Unrecognized format" alert) are returned,
-//! so a test can treat an importer's warning as a failure.
+//! so a test can treat an importer's warning as a failure; for a profile,
+//! also every profile speedscope made of it (a Chrome trace: one per
+//! thread) with the symbols its sandwich view lists.
+//!
+//! speedscope picks its importer by name first: a file named `*.chrome.json`
+//! is read as Chrome's own timeline format, not as trace events.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,10 +20,20 @@ use serde::Deserialize;
 
 /// The speedscope release the checks load.
 pub const SPEEDSCOPE: &str = "speedscope@1.25.0";
-/// The Playwright driver.
-pub const PLAYWRIGHT: &str = "playwright-core@1.65.1";
+/// The Playwright driver: the newest release that runs on Debian 12's
+/// node 18 (later ones require node 20).
+pub const PLAYWRIGHT: &str = "playwright-core@1.60.0";
 /// Debian's Chromium.
 pub const CHROMIUM: &str = "/usr/bin/chromium";
+
+/// One profile speedscope made of a file (a thread of a Chrome trace).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct Profile {
+    /// Its name in speedscope's profile selector.
+    pub name: String,
+    /// The symbols its sandwich view lists.
+    pub symbols: Vec<String>,
+}
 
 /// What one file did in the browser.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,6 +51,11 @@ pub struct Loaded {
     pub dialogs: Vec<String>,
     /// For an SVG: the `<title>` elements inside `<g>` frames.
     pub svg_frames: Option<usize>,
+    /// For an SVG: every `<title>` element in it (a histogram's bars too).
+    pub svg_titles: Option<usize>,
+    /// For a profile: speedscope's profiles of it.
+    #[serde(default)]
+    pub profiles: Vec<Profile>,
 }
 
 impl Loaded {
@@ -64,6 +84,25 @@ const server = http.createServer((req, res) => {
     res.end(data);
   });
 });
+// speedscope's sandwich view (key 3) of each profile (key n steps to the next).
+async function profiles(page) {
+  const text = () => page.evaluate(() => document.body.innerText);
+  const of = (t) => { const m = t.match(/\((\d+)\/(\d+)\)/); return m ? Number(m[2]) : 1; };
+  await page.keyboard.press('3');
+  const out = [];
+  const n = of(await text());
+  for (let k = 0; k < n; k++) {
+    await page.waitForTimeout(300);
+    const lines = (await text()).split('\n').map(l => l.trim()).filter(l => l.length > 0);
+    const name = (lines.find(l => /\(\d+\/\d+\)$/.test(l)) || '').replace(/\s*\(\d+\/\d+\)$/, '');
+    const at = lines.findIndex(l => /Symbol Name$/.test(l));
+    // Rows are total, self, symbol.
+    const symbols = at < 0 ? [] : lines.slice(at + 1).filter((_, j) => j % 3 === 2);
+    out.push({ name, symbols });
+    await page.keyboard.press('n');
+  }
+  return out;
+}
 server.listen(0, '127.0.0.1', async () => {
   const base = `http://127.0.0.1:${server.address().port}`;
   const browser = await chromium.launch({ executablePath: chromiumPath, args: ['--no-sandbox', '--disable-gpu',
@@ -71,8 +110,8 @@ server.listen(0, '127.0.0.1', async () => {
   const out = [];
   for (const f of files) {
     const file = path.basename(f);
-    const r = { file, title: '', messages: [], errors: [], dialogs: [], svg_frames: null };
-    const page = await browser.newPage();
+    const r = { file, title: '', messages: [], errors: [], dialogs: [], svg_frames: null, svg_titles: null, profiles: [] };
+    const page = await browser.newPage({ viewport: { width: 1600, height: 2400 } });
     // Chromium's own notes about its software GL driver are not the page's.
     page.on('console', m => { if ((m.type() === 'warning' || m.type() === 'error') && !m.text().startsWith('[.WebGL-'))
       r.messages.push(`${m.type()}: ${m.text()}`); });
@@ -82,6 +121,7 @@ server.listen(0, '127.0.0.1', async () => {
       if (file.endsWith('.svg')) {
         await page.goto(`${base}/files/${encodeURIComponent(file)}`, { waitUntil: 'load' });
         r.svg_frames = await page.locator('svg g > title').count();
+        r.svg_titles = await page.locator('svg title').count();
         r.title = await page.title();
       } else {
         const url = `${base}/files/${encodeURIComponent(file)}`;
@@ -90,6 +130,7 @@ server.listen(0, '127.0.0.1', async () => {
         // Importer warnings come while the profile is processed and drawn.
         await page.waitForTimeout(1000);
         r.title = await page.title();
+        if (r.dialogs.length === 0) r.profiles = await profiles(page);
       }
     } catch (e) { r.errors.push(`${e}`); r.title = await page.title().catch(() => ''); }
     out.push(r);
@@ -101,11 +142,12 @@ server.listen(0, '127.0.0.1', async () => {
 });
 "#;
 
-/// Installs what the checks need (Debian's chromium and npm where absent,
-/// speedscope and playwright-core into `cache`, a directory of the build
-/// tree), or says why it cannot.
+/// Installs what the checks need (Debian's chromium, nodejs and npm where
+/// absent, speedscope and playwright-core into `cache`, a directory of the
+/// build tree), or says why it cannot.
 pub fn prepare(cache: &Path) -> Result<PathBuf, String> {
     crate::debian_package("chromium", || Path::new(CHROMIUM).exists())?;
+    crate::debian_package("nodejs", || crate::runs("node", &["--version"]))?;
     crate::debian_package("npm", || crate::runs("npm", &["--version"]))?;
     std::fs::create_dir_all(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
     let lock = std::fs::File::open(cache).map_err(|e| format!("{}: {e}", cache.display()))?;
@@ -134,7 +176,8 @@ pub fn prepare(cache: &Path) -> Result<PathBuf, String> {
 }
 
 /// Opens each of `files` (profiles in speedscope, `.svg` files as pages)
-/// in one headless Chromium; `cache` as for [`prepare`].
+/// in one headless Chromium; `cache` as for [`prepare`]. Files are served
+/// by name: give each a different one.
 pub fn open(cache: &Path, files: &[PathBuf]) -> Result<Vec<Loaded>, String> {
     let cache = prepare(cache)?;
     let dist = cache.join("node_modules/speedscope/dist/release");

@@ -1,6 +1,7 @@
-//! What papirus' tests share: one way to build a C or C++ target, one
-//! kind of scratch directory, one way to get a Debian package a test
-//! needs, and one way to skip.
+//! What papirus' tests share: one way to build a C, C++ or Fortran target,
+//! one kind of scratch directory, one way to get a Debian package a test
+//! needs, one way to skip, and one way to open outputs in the viewers
+//! people use ([`browser`]).
 //!
 //! A test that cannot run here prints `SKIP: <the reason>` on stderr (the
 //! kernel's or the tool's own words) and returns; it never passes silently

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::rc::Rc;
 
-use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult, Stats};
+use papirus_calibrate::{Bench, Cost, CostFile, Registry, RowResult};
 use papirus_probe_abi::Probe;
 
 use papirus_probe::session::cost::{self, Body, Target, Tiny};
@@ -44,7 +44,7 @@ const D_NOP5: &str = "one call of the same body behind a 5-byte nop (tiny_nop5) 
 const D_TYPICAL: &str = "one call of the same body (tiny_up, a typical -O2 entry) with a counting uprobe and uretprobe: the kernel single-steps the entry";
 const D_EMPTY: &str =
     "one call of the same body (tiny) through papirus' entry+exit trampoline with the empty probe";
-const D_WALLCLOCK: &str = "one call of the same body through the trampoline with the wallclock probe (two TSC reads, per-function totals)";
+const D_WALLCLOCK: &str = "one call of the same body through the trampoline with the wallclock probe (two TSC reads, the call-path tree)";
 const D_COUNTERS: &str = "one call of the same body through the trampoline with the counters probe reading task-clock (user-space path, extended state saved)";
 const D_UFTRACE: &str = "one call of the same body under uftrace record -P (dynamic patching)";
 
@@ -166,133 +166,25 @@ fn trampoline(s: &State, b: &Bench, name: &'static str, description: &str, probe
 /// buffers (32 bytes a call), so their hand-off to its writer is counted.
 const UFTRACE_BATCH: u32 = 16_384;
 
-/// The uftrace row's driver: the same body as [`cost::SOURCE`]'s `tiny`,
-/// called `batch` times per sample through a pointer; it prints each
-/// sample's ns per call (CLOCK_MONOTONIC, taken inside the process, so
-/// uftrace's start-up and write-out are not counted), then the calls made
-/// and a checksum of the results.
-fn uftrace_driver(body: &str) -> String {
-    format!(
-        r#"#include <stdio.h>
-#include <stdlib.h>
-#include <time.h>
-{body}
-__attribute__((noinline)) int tiny(int x, int y) TINY_BODY
-static int (*volatile fn)(int, int) = tiny;
-static double now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }}
-int main(int argc, char **argv) {{
-    if (argc != 3) return 2;
-    long batch = atol(argv[1]), samples = atol(argv[2]), acc = 0;
-    int (*f)(int, int) = fn;
-    for (long s = -1; s < samples; s++) {{ /* sample -1 warms up */
-        double t0 = now();
-        for (long i = 0; i < batch; i++) acc += f((int)i, (int)acc);
-        double dt = now() - t0;
-        if (s >= 0) printf("%.4f\n", dt / batch);
-    }}
-    printf("calls %ld checksum %ld\n", batch * (samples + 1), acc);
-    return 0;
-}}
-"#
-    )
-}
-
-/// One driver run: ns per call of each sample, calls made, checksum.
-struct DriverRun {
-    ns: Vec<f64>,
-    calls: u64,
-    checksum: String,
-}
-
-fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("cannot run {what}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn driver_run(cmd: &mut Command, what: &str) -> Result<DriverRun, String> {
-    let out = run(cmd, what)?;
-    let mut r = DriverRun { ns: Vec::new(), calls: 0, checksum: String::new() };
-    for line in out.lines() {
-        if let Some(rest) = line.strip_prefix("calls ") {
-            let mut w = rest.split_whitespace();
-            r.calls = w.next().and_then(|c| c.parse().ok()).unwrap_or(0);
-            r.checksum = w.nth(1).unwrap_or("").to_string();
-        } else if let Ok(ns) = line.trim().parse::<f64>() {
-            r.ns.push(ns);
-        }
-    }
-    if r.ns.is_empty() || r.calls == 0 {
-        return Err(format!("{what} printed no samples: {}", out.trim()));
-    }
-    Ok(r)
-}
-
-/// The calls of `tiny` in `uftrace report`'s table (`total self calls name`).
-fn reported_calls(report: &str) -> Option<u64> {
-    report.lines().find_map(|l| {
-        let w: Vec<&str> = l.split_whitespace().collect();
-        (w.last() == Some(&"tiny")).then(|| w.get(w.len().checked_sub(2)?)?.parse().ok())?
-    })
-}
-
 /// The uftrace row: the driver timed plain and under `uftrace record -P tiny`
 /// in this run; the cost is one instrumented call as the driver measured it.
 fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
-    let body = cost::SOURCE
-        .lines()
-        .find(|l| l.starts_with("#define TINY_BODY"))
-        .ok_or("probe_bench.c defines no TINY_BODY")?;
-    // A fresh private directory (mkdtemp, 0700), removed on drop.
-    let dir = tempfile::Builder::new()
-        .prefix("papirus-probe-uftrace-")
-        .tempdir()
-        .map_err(|e| format!("a new temporary directory: {e}"))?;
-    let exe =
-        cost::gcc(dir.path(), "uftrace_driver", &uftrace_driver(body), &[]).map_err(|e| e.to_string())?;
-
-    let samples = (b.plan().samples / 20).clamp(10, 100);
-    let args = [UFTRACE_BATCH.to_string(), samples.to_string()];
-    let plain = driver_run(Command::new(&exe).args(&args), "the uftrace driver")?;
-    let data = dir.path().join("uftrace.data");
-    let traced = driver_run(
-        Command::new(uftrace)
-            .args(["record", "-P", "^tiny$", "--no-libcall", "--no-event", "-d"])
-            .arg(&data)
-            .arg(&exe)
-            .args(&args),
-        "uftrace record -P tiny",
-    )?;
-    if traced.checksum != plain.checksum {
-        return Err(format!(
-            "under uftrace the driver's results differ (checksum {} vs {})",
-            traced.checksum, plain.checksum
-        ));
-    }
-    let report =
-        run(Command::new(uftrace).args(["report", "--no-pager", "-d"]).arg(&data), "uftrace report")?;
-    let recorded = reported_calls(&report).unwrap_or(0);
-    if recorded != traced.calls {
-        return Err(format!(
-            "uftrace -P tiny recorded {recorded} of {} calls: it did not patch tiny here",
-            traced.calls
-        ));
-    }
+    let driver = cost::Driver::build().map_err(|e| e.to_string())?;
+    let samples = u64::from((b.plan().samples / 20).clamp(10, 100));
+    let batch = u64::from(UFTRACE_BATCH);
+    let plain = driver.run_under(Command::new(driver.path()), batch, samples, "the uftrace driver")?;
+    let traced = cost::uftraced(&driver, uftrace, &plain, batch, samples)?;
 
     let per_ns = b.ticks().per_ns;
     let cycles = traced.ns.iter().map(|ns| ns * per_ns).collect();
     let mut c = Cost::from_samples(b.ticks(), b.plan(), UFTRACE, D_UFTRACE, None, cycles, UFTRACE_BATCH)
         .ok_or("no uftrace samples")?;
-    let plain_ns = Stats::of(&mut plain.ns.clone()).map_or(f64::NAN, |s| s.median);
+    let plain_ns = plain.median();
     let added = c.ns.median - plain_ns;
-    let version = run(Command::new(uftrace).arg("--version"), "uftrace --version")
-        .map(|v| v.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+    let version = Command::new(uftrace)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().take(2).collect::<Vec<_>>().join(" "))
         .unwrap_or_else(|_| "uftrace".into());
     let base = reference(s, b, UNINSTRUMENTED);
     let vs_base = match base {
@@ -308,15 +200,10 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
         _ => "wallclock probe row not run".into(),
     };
     c.path = Some(format!(
-        "{version} record -P tiny --no-libcall, timed inside the driver: +{added:.1} ns over the same driver uninstrumented ({plain_ns:.1} ns/call), {recorded} calls recorded, exact; {vs_base}; {vs_wall}"
+        "{version} record -P tiny --no-libcall, timed inside the driver: +{added:.1} ns over the same driver uninstrumented ({plain_ns:.1} ns/call), {} calls recorded, exact; {vs_base}; {vs_wall}",
+        traced.calls
     ));
     Ok(vec![c])
-}
-
-/// Where uftrace is, if it is installed.
-fn uftrace() -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join("uftrace")).find(|p| p.is_file())
 }
 
 /// Adds the probe rows ([`ROWS`]) to `reg`.
@@ -353,7 +240,7 @@ pub fn register(reg: &mut Registry) {
         let st = s.clone();
         reg.add(name, description, move |b| trampoline(&st, b, name, description, probe));
     }
-    match uftrace() {
+    match cost::uftrace() {
         None => {
             reg.add_unavailable(
                 UFTRACE,

@@ -10,6 +10,8 @@
 //! fd (the target keeps only its mapping). The object outlives the target:
 //! the tool reads it after any end, SIGKILL included. A child forked by the
 //! target inherits the shared mapping and takes records of its own in it.
+//! Pages are backed only where written: memory grows with the call paths and
+//! trace records actually kept, not with the geometry.
 //!
 //! # Layout
 //!
@@ -17,17 +19,50 @@
 //! below is a word index, every offset counts words from the segment's start
 //! (or, for the `*_AT` words of a slot, bytes from the slot's start); nothing
 //! in it is a pointer the tool follows. [`Geometry`] computes every position
-//! from five numbers of the header, so a reader recomputes and checks them.
+//! from the header's [`Shape`], so a reader recomputes and checks them.
 //!
 //! ```text
 //! header      HEADER_WORDS                     hdr::*
-//! processes   procs × proc_words               proc::* header, totals (funcs × STAT_WORDS), edges (edges × EDGE_WORDS)
-//! slots       slots × slot_words               slot::* header, stats (funcs × STAT_WORDS), edges, stack (depth × ENTRY_WORDS)
+//! processes   procs × proc_words               proc::* header, tree (proc_nodes × NODE_WORDS), index (proc_index × INDEX_WORDS)
+//! slots       slots × slot_words               slot::* header, stack (depth × ENTRY_WORDS), tree (nodes × NODE_WORDS),
+//!                                              index (index × INDEX_WORDS), trace ring (ring × record_words)
 //! ```
 //!
 //! A *slot* is one live thread's tables; a *process record* is one process
 //! of the target's tree (the target, then each forked child) with the
-//! per-function totals of its exited threads.
+//! call-path tree of its exited threads.
+//!
+//! # Call-path trees
+//!
+//! A tree is an array of [`node`]s: node 0 is the root (no function; its
+//! [`node::LINK`] is [`ROOT_LINK`]), every other node one distinct path of
+//! instrumented functions from the thread's first instrumented call, its
+//! parent's index and its function in [`node::LINK`]. A node's parent always
+//! has a smaller index (nodes are appended), so one pass in index order sees
+//! parents first. Recursion keeps one node per level (the path `fib → fib →
+//! fib` is three nodes), so no node is open twice at once and every node's
+//! inclusive time is exact; flat per-function figures and caller → callee
+//! pairs are sums over the tree (a function's inclusive time counting only
+//! nodes without an ancestor of the same function). A tree holds at most its
+//! geometry's nodes: a call on a new path beyond them is left out of the
+//! tree with everything it calls, each of those calls counted in
+//! [`slot::NODE_OVERFLOW`] (their time stays in the caller's exclusive time,
+//! as an uninstrumented call's would). Calls made inside frames a forked
+//! child inherited start the child's own paths at its root.
+//!
+//! The *index* beside a tree maps (parent, function) to the node, open
+//! addressing with linear probing (at most [`INDEX_PROBES`] places): the
+//! entry hook looks a child up there only when the parent's
+//! [`node::CACHE`] (the last child it found) is another function.
+//!
+//! # Trace rings
+//!
+//! With tracing on ([`Shape::ring`] > 0), each slot holds a ring of
+//! [`Shape::record_words`]-word records ([`record`]), one per traced call
+//! written when it closes, plus a [`record::THREAD`] record each time a
+//! thread takes the slot. [`slot::TRACE_HEAD`] counts records ever written;
+//! record `i` lives at position `i mod ring`. The ring overwrites: the
+//! thread never waits for the tool, and the tool counts what it lost.
 //!
 //! # Ordering
 //!
@@ -36,39 +71,51 @@
 //!   with Relaxed loads and stores, and makes it even again with a Release
 //!   store. A reader loads `SEQ` with Acquire, copies, issues an Acquire
 //!   fence and loads `SEQ` again: equal and even means a consistent copy.
-//!   On x86-64 all of this compiles to plain moves, as the volatile words
-//!   it replaces did. A reader that keeps losing the race takes the copy
-//!   anyway: each word is whole (never undefined), the figures may mix two
-//!   moments (the report says `torn`).
+//!   On x86-64 all of this compiles to plain moves. A reader that keeps
+//!   losing the race takes the copy anyway: each word is whole (never
+//!   undefined), the figures may mix two moments (the report says `torn`).
+//! - A trace record's words are stored (Relaxed) inside a hook, after that
+//!   hook's Release fence, then published by a Release store of
+//!   [`slot::TRACE_HEAD`]. A drainer loads the head with Acquire, copies the
+//!   records from its last position (at most `ring` back), issues an Acquire
+//!   fence and loads the head again as `h2`: the writer may have begun to
+//!   overwrite every record `i ≤ h2 − ring` (the fence pairs with the
+//!   writer's, so any word it copied from a newer record shows in `h2`), so
+//!   those are discarded and counted lost; the rest are whole.
 //! - [`slot::STATE`] goes 0 → 1 by compare-exchange (Acquire) when a thread
-//!   claims the slot and 1 → 0 with a Release store after its figures were
-//!   folded into its process record's totals at thread exit.
-//! - A process record's totals are written under [`proc::LOCK`] (a
+//!   claims the slot and 1 → 0 with a Release store after its tree was
+//!   folded into its process record's tree at thread exit. The ring and
+//!   [`slot::TRACE_GEN`] are not reset: the next thread goes on writing
+//!   after the last record, under the next generation.
+//! - A process record's tree is written under [`proc::LOCK`] (a
 //!   compare-exchange spin lock taken on thread exit only) and bracketed by
 //!   [`proc::SEQ`] like a slot.
-//! - A thread's exit moves figures from its slot to the totals: a reader
-//!   sampling during that move may count them twice or not at all; a reader
-//!   of a stopped or ended target never does.
+//! - A thread's exit moves figures from its slot to the process' tree: a
+//!   reader sampling during that move may count them twice or not at all; a
+//!   reader of a stopped or ended target never does.
+//! - The header is written by set-up before the segment is published to the
+//!   target's threads; afterwards only the words documented as counters
+//!   change (atomic adds).
 
 /// `PAPIRSEG`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PAPIRSEG");
 /// Layout version; a reader refuses any other.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 /// Header size.
 pub const HEADER_WORDS: u64 = 32;
 /// Counter events at most.
 pub const MAX_EVENTS: usize = 4;
 
-/// Header words.
+/// Header words (written by set-up; the counters among them by any thread).
 pub mod hdr {
     /// [`super::MAGIC`].
     pub const MAGIC: usize = 0;
     /// [`super::VERSION`].
     pub const VERSION: usize = 1;
-    /// Functions (statistics rows per table).
+    /// Functions (ids `0..FUNCS`).
     pub const FUNCS: usize = 2;
-    /// Caller → callee slots per table (a power of two).
-    pub const EDGES: usize = 3;
+    /// Call-path tree nodes per slot.
+    pub const NODES: usize = 3;
     /// Shadow-stack entries per slot.
     pub const DEPTH: usize = 4;
     /// Thread slots.
@@ -79,26 +126,38 @@ pub mod hdr {
     pub const TOTAL_WORDS: usize = 7;
     /// TSC at set-up.
     pub const START_TSC: usize = 8;
-    /// Process records claimed so far.
+    /// Process records claimed so far (counter).
     pub const NEXT_PROC: usize = 9;
-    /// Threads that found no free slot (their calls run unmeasured).
+    /// Threads that found no free slot (their calls run unmeasured; counter).
     pub const SLOT_MISSES: usize = 10;
-    /// Forked children that found no free process record (not measured).
+    /// Forked children that found no free process record (not measured; counter).
     pub const PROC_MISSES: usize = 11;
-    /// Threads that ended so far (numbers [`super::slot::ENDED`]).
-    pub const ENDED: usize = 16;
     /// The probe: 0 empty, 1 wallclock, 2 counters.
     pub const PROBE: usize = 12;
     /// Counter events read.
     pub const NEVENTS: usize = 13;
+    /// Call-path tree nodes per process record.
+    pub const PROC_NODES: usize = 14;
     /// The exit stub's address in the target (hijacked return addresses hold it).
     pub const EXIT_STUB: usize = 15;
+    /// Threads that ended so far (numbers [`super::slot::ENDED`]; counter).
+    pub const ENDED: usize = 16;
+    /// Records per slot's trace ring (a power of two), 0 without tracing.
+    pub const RING: usize = 17;
+    /// Words per trace record: 3 + 2 × the counter events a record carries.
+    pub const RECORD_WORDS: usize = 18;
+    /// Calls shorter than this many ticks are not traced.
+    pub const TRACE_MIN_TICKS: usize = 19;
+    /// Calls this deep or deeper (0: the outermost) are not traced.
+    pub const TRACE_DEPTH: usize = 20;
+    /// Functions traced: ids below this (the tool numbers traced functions first).
+    pub const TRACE_FUNCS: usize = 21;
 }
 
 /// Words of a slot header.
 pub const SLOT_HEADER_WORDS: u64 = 32;
 
-/// Slot header words.
+/// Slot header words (written by the slot's thread unless said otherwise).
 pub mod slot {
     /// Sequence: odd while a hook writes the slot.
     pub const SEQ: usize = 0;
@@ -119,10 +178,11 @@ pub mod slot {
     pub const DEPTH: usize = 4;
     /// Calls made from a signal handler that interrupted a hook (not counted).
     pub const REENTERED: usize = 5;
-    /// Calls past the shadow-stack bound: counted in `calls`, not timed.
+    /// Calls past the shadow-stack bound: not timed, not in the tree.
     pub const UNTIMED: usize = 6;
-    /// Caller → callee pairs dropped because the table was full.
-    pub const EDGE_OVERFLOW: usize = 7;
+    /// Calls left out of the tree: on a new path beyond its nodes, or made
+    /// from such a call.
+    pub const NODE_OVERFLOW: usize = 7;
     /// Counter values of the current hook.
     pub const CNOW: usize = 8;
     /// Counter events this thread reads.
@@ -131,9 +191,16 @@ pub mod slot {
     pub const COUNTERS_ERRNO: usize = 13;
     /// For a [`KEPT`] slot, the order its thread ended in (1, 2, …).
     pub const ENDED: usize = 14;
+    /// Nodes of the tree in use, the root included (≥ 1 once claimed).
+    pub const NODES_USED: usize = 15;
+    /// Trace records ever written to this slot's ring (Release store).
+    pub const TRACE_HEAD: usize = 16;
+    /// Generation of the slot's current thread in its trace records (bumped
+    /// at each claim, never reset).
+    pub const TRACE_GEN: usize = 17;
     /// First word of the runtime's private words (addresses in the target
     /// that only the runtime uses; the tool never reads them).
-    pub const PRIVATE: usize = 16;
+    pub const PRIVATE: usize = 20;
 }
 
 /// Process record header words.
@@ -146,9 +213,9 @@ pub mod proc {
     pub const PID: usize = 2;
     /// Parent's process id.
     pub const PARENT: usize = 3;
-    /// Threads whose figures were folded into the totals.
+    /// Threads whose figures were folded into the tree.
     pub const EXITED_THREADS: usize = 4;
-    /// Spin lock of the totals.
+    /// Spin lock of the tree.
     pub const LOCK: usize = 5;
     /// Threads that ever took a slot.
     pub const THREADS: usize = 6;
@@ -156,48 +223,64 @@ pub mod proc {
     pub const REENTERED: usize = 7;
     /// Exited threads' [`super::slot::UNTIMED`], summed.
     pub const UNTIMED: usize = 8;
-    /// Exited threads' dropped pairs, plus pairs that found no place in the totals.
-    pub const EDGE_OVERFLOW: usize = 9;
+    /// Exited threads' [`super::slot::NODE_OVERFLOW`], summed, plus calls of
+    /// their nodes that found no place in this tree.
+    pub const NODE_OVERFLOW: usize = 9;
     /// Threads of this process inside a cold path of the runtime that calls
     /// out of it (thread registration, thread exit, the fork handler) and
     /// touches the segment again after the call: such a thread's PC may lie
     /// in libc while its return address leads back into the runtime. The
     /// tool ends the session only while it is 0 and no PC is in the runtime.
     pub const COLD: usize = 10;
+    /// Nodes of the tree in use, the root included.
+    pub const NODES_USED: usize = 11;
 }
 
 /// Words of a process record header.
 pub const PROC_HEADER_WORDS: u64 = 16;
 
-/// Words of a statistics row.
-pub const STAT_WORDS: u64 = 16;
+/// Words of a call-path tree node.
+pub const NODE_WORDS: u64 = 16;
 
-/// Statistics row words (per function): ticks for times.
-pub mod stat {
+/// [`node::LINK`] of a tree's root.
+pub const ROOT_LINK: u64 = u64::MAX;
+
+/// No node (a call left out of the tree), as a node index.
+pub const NO_NODE: u64 = u32::MAX as u64;
+
+/// Node words (ticks for times).
+pub mod node {
+    /// `parent << 32 | function`; [`super::ROOT_LINK`] for the root.
+    pub const LINK: usize = 0;
+    /// The runtime's lookup cache: `(function + 1) << 32 | child`, the
+    /// child this node found last (0: none). Readers ignore it.
+    pub const CACHE: usize = 1;
     /// Entries.
-    pub const CALLS: usize = 0;
-    /// Returns.
-    pub const EXITS: usize = 1;
-    /// Activations closed without returning.
-    pub const UNWOUND: usize = 2;
-    /// Inclusive time (outermost activations).
-    pub const INCL: usize = 3;
-    /// Exclusive time.
-    pub const EXCL: usize = 4;
-    /// Shortest activation.
-    pub const MIN: usize = 5;
+    pub const CALLS: usize = 2;
+    /// Activations closed without returning (longjmp, exception, thread exit).
+    pub const UNWOUND: usize = 3;
+    /// Inclusive time of closed activations.
+    pub const INCL: usize = 4;
+    /// Exclusive time: inclusive minus the node's children.
+    pub const EXCL: usize = 5;
+    /// Shortest activation (`u64::MAX` until one closes).
+    pub const MIN: usize = 6;
     /// Longest activation.
-    pub const MAX: usize = 6;
-    /// Activations open now.
-    pub const ACTIVE: usize = 7;
+    pub const MAX: usize = 7;
     /// Inclusive counter deltas (4 words).
     pub const CINCL: usize = 8;
     /// Exclusive counter deltas (4 words).
     pub const CEXCL: usize = 12;
 }
 
-/// Words of a caller → callee slot: key (`(caller + 1) << 32 | callee`, 0 empty), calls, inclusive ticks.
-pub const EDGE_WORDS: u64 = 3;
+/// Words of an index entry: [`INDEX_KEY`]`, node.
+pub const INDEX_WORDS: u64 = 2;
+
+/// An index entry's key: `(parent + 1) << 32 | function` (0: empty).
+pub const INDEX_KEY: usize = 0;
+
+/// Places an index lookup probes before the node counts as overflow.
+pub const INDEX_PROBES: u64 = 16;
 
 /// Words of a shadow-stack entry.
 pub const ENTRY_WORDS: u64 = 16;
@@ -210,42 +293,116 @@ pub mod entry {
     pub const RET: usize = 1;
     /// Entry timestamp.
     pub const START: usize = 2;
-    /// Inclusive time of completed callees.
+    /// Inclusive time of completed callees in the tree.
     pub const CHILD: usize = 3;
-    /// Function id.
+    /// Function id (`u64::MAX`: a frame a forked child inherited).
     pub const FID: usize = 4;
+    /// Tree node ([`super::NO_NODE`]: left out of the tree; 0, the root,
+    /// for a frame a forked child inherited).
+    pub const NODE: usize = 5;
     /// Counter values at entry (4 words).
     pub const CSTART: usize = 6;
     /// Counter deltas of completed callees (4 words).
     pub const CCHILD: usize = 10;
 }
 
+/// Trace record words: one closed call, or a thread taking the slot.
+pub mod record {
+    /// Entry timestamp ([`THREAD`]: when the thread took the slot).
+    pub const START: usize = 0;
+    /// Exit timestamp ([`THREAD`]: `pid << 32 | tid`).
+    pub const END: usize = 1;
+    /// `gen << 50 | kind << 48 | depth << 32 | function`; depth is the
+    /// call's shadow-stack depth (0: outermost), saturated at 65,535; gen is
+    /// [`super::slot::TRACE_GEN`] modulo 2^14.
+    pub const INFO: usize = 2;
+    /// Counter values at entry, then at exit (`record_words − 3` words).
+    pub const COUNTERS: usize = 3;
+    /// Kind: the call returned.
+    pub const RETURNED: u64 = 0;
+    /// Kind: the call was closed without returning (longjmp, exception, thread exit).
+    pub const UNWOUND: u64 = 1;
+    /// Kind: a thread took the slot.
+    pub const THREAD: u64 = 2;
+    /// Bits of the generation field.
+    pub const GEN_BITS: u32 = 14;
+}
+
 /// Limits a reader accepts (a writer never exceeds them).
 pub const MAX_FUNCS: u64 = 1 << 20;
-/// Largest caller → callee table.
-pub const MAX_EDGES: u64 = 1 << 20;
+/// Largest tree.
+pub const MAX_NODES: u64 = 1 << 24;
 /// Deepest shadow stack.
 pub const MAX_DEPTH: u64 = 1 << 16;
 /// Most slots.
 pub const MAX_SLOTS: u64 = 1 << 14;
 /// Most process records.
 pub const MAX_PROCS: u64 = 1 << 12;
-/// Largest segment (words): 64 GiB of address space, backed only where written.
-pub const MAX_TOTAL_WORDS: u64 = 1 << 33;
+/// Largest trace ring (records).
+pub const MAX_RING: u64 = 1 << 26;
+/// Largest segment (words): 512 GiB of address space, backed only where written.
+pub const MAX_TOTAL_WORDS: u64 = 1 << 36;
 
-/// Where everything is, from the header's five numbers.
+/// What a session's segment holds: the numbers set-up writes into the header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Geometry {
+pub struct Shape {
     /// Functions.
     pub funcs: u64,
-    /// Caller → callee slots per table.
-    pub edges: u64,
+    /// Tree nodes per slot.
+    pub nodes: u64,
+    /// Tree nodes per process record.
+    pub proc_nodes: u64,
     /// Shadow-stack entries per slot.
     pub depth: u64,
     /// Thread slots.
     pub slots: u64,
     /// Process records.
     pub procs: u64,
+    /// Trace records per slot (a power of two), 0 without tracing.
+    pub ring: u64,
+    /// Words per trace record (3 + 2 × events; 3 without tracing).
+    pub record_words: u64,
+}
+
+impl Shape {
+    /// The header words ([`hdr`]) that hold the shape, with their values.
+    pub fn header(&self) -> [(usize, u64); 8] {
+        [
+            (hdr::FUNCS, self.funcs),
+            (hdr::NODES, self.nodes),
+            (hdr::PROC_NODES, self.proc_nodes),
+            (hdr::DEPTH, self.depth),
+            (hdr::SLOTS, self.slots),
+            (hdr::PROCS, self.procs),
+            (hdr::RING, self.ring),
+            (hdr::RECORD_WORDS, self.record_words),
+        ]
+    }
+
+    /// The shape a header holds, `word(i)` giving header word `i`.
+    pub fn from_header(word: impl Fn(usize) -> u64) -> Shape {
+        Shape {
+            funcs: word(hdr::FUNCS),
+            nodes: word(hdr::NODES),
+            proc_nodes: word(hdr::PROC_NODES),
+            depth: word(hdr::DEPTH),
+            slots: word(hdr::SLOTS),
+            procs: word(hdr::PROCS),
+            ring: word(hdr::RING),
+            record_words: word(hdr::RECORD_WORDS),
+        }
+    }
+}
+
+/// Where everything is, from a [`Shape`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// The numbers it was computed from.
+    pub shape: Shape,
+    /// Index entries beside a slot's tree (a power of two, twice the nodes or more).
+    pub index: u64,
+    /// Index entries beside a process record's tree.
+    pub proc_index: u64,
     /// Words per process record.
     pub proc_words: u64,
     /// Words per slot.
@@ -256,36 +413,45 @@ pub struct Geometry {
 
 impl Geometry {
     /// The geometry, or `None` when a number is out of the limits above.
-    pub fn new(funcs: u64, edges: u64, depth: u64, slots: u64, procs: u64) -> Option<Geometry> {
-        let ok = (1..=MAX_FUNCS).contains(&funcs)
-            && (1..=MAX_EDGES).contains(&edges)
-            && edges.is_power_of_two()
-            && (1..=MAX_DEPTH).contains(&depth)
-            && (1..=MAX_SLOTS).contains(&slots)
-            && (1..=MAX_PROCS).contains(&procs);
+    pub fn new(s: Shape) -> Option<Geometry> {
+        let ok = (1..=MAX_FUNCS).contains(&s.funcs)
+            && (2..=MAX_NODES).contains(&s.nodes)
+            && (2..=MAX_NODES).contains(&s.proc_nodes)
+            && (1..=MAX_DEPTH).contains(&s.depth)
+            && (1..=MAX_SLOTS).contains(&s.slots)
+            && (1..=MAX_PROCS).contains(&s.procs)
+            && s.ring <= MAX_RING
+            && (s.ring == 0 || s.ring.is_power_of_two())
+            && (3..=3 + 2 * MAX_EVENTS as u64).contains(&s.record_words);
         if !ok {
             return None;
         }
-        let proc_words = PROC_HEADER_WORDS + funcs * STAT_WORDS + edges * EDGE_WORDS;
-        let slot_words = SLOT_HEADER_WORDS + funcs * STAT_WORDS + edges * EDGE_WORDS + depth * ENTRY_WORDS;
+        let index = Self::index_for(s.nodes);
+        let proc_index = Self::index_for(s.proc_nodes);
+        let proc_words = PROC_HEADER_WORDS + s.proc_nodes * NODE_WORDS + proc_index * INDEX_WORDS;
+        // Rings round up to whole 8-word blocks, so every slot starts on a 64-byte boundary.
+        let ring_words = (s.ring * s.record_words).next_multiple_of(8);
+        let slot_words = SLOT_HEADER_WORDS
+            + s.depth * ENTRY_WORDS
+            + s.nodes * NODE_WORDS
+            + index * INDEX_WORDS
+            + ring_words;
         let total_words = HEADER_WORDS
-            .checked_add(procs.checked_mul(proc_words)?)?
-            .checked_add(slots.checked_mul(slot_words)?)?;
+            .checked_add(s.procs.checked_mul(proc_words)?)?
+            .checked_add(s.slots.checked_mul(slot_words)?)?;
         (total_words <= MAX_TOTAL_WORDS).then_some(Geometry {
-            funcs,
-            edges,
-            depth,
-            slots,
-            procs,
+            shape: s,
+            index,
+            proc_index,
             proc_words,
             slot_words,
             total_words,
         })
     }
 
-    /// Edge slots for `funcs` functions: four per function, 256 to 65,536.
-    pub fn edges_for(funcs: u64) -> u64 {
-        (funcs.saturating_mul(4)).clamp(256, 1 << 16).next_power_of_two()
+    /// Index entries for a tree of `nodes`: at least twice as many, a power of two.
+    pub fn index_for(nodes: u64) -> u64 {
+        nodes.saturating_mul(2).next_power_of_two()
     }
 
     /// First word of process record `i`.
@@ -295,32 +461,37 @@ impl Geometry {
 
     /// First word of slot `i`.
     pub fn slot_at(&self, i: u64) -> u64 {
-        HEADER_WORDS + self.procs * self.proc_words + i * self.slot_words
-    }
-
-    /// Offset of the statistics rows within a slot or process record header's end.
-    pub fn slot_stats(&self) -> u64 {
-        SLOT_HEADER_WORDS
-    }
-
-    /// Offset of a slot's edge table.
-    pub fn slot_edges(&self) -> u64 {
-        SLOT_HEADER_WORDS + self.funcs * STAT_WORDS
+        HEADER_WORDS + self.shape.procs * self.proc_words + i * self.slot_words
     }
 
     /// Offset of a slot's shadow stack.
     pub fn slot_stack(&self) -> u64 {
-        self.slot_edges() + self.edges * EDGE_WORDS
+        SLOT_HEADER_WORDS
     }
 
-    /// Offset of a process record's totals.
-    pub fn proc_stats(&self) -> u64 {
+    /// Offset of a slot's tree.
+    pub fn slot_nodes(&self) -> u64 {
+        self.slot_stack() + self.shape.depth * ENTRY_WORDS
+    }
+
+    /// Offset of a slot's index.
+    pub fn slot_index(&self) -> u64 {
+        self.slot_nodes() + self.shape.nodes * NODE_WORDS
+    }
+
+    /// Offset of a slot's trace ring.
+    pub fn slot_ring(&self) -> u64 {
+        self.slot_index() + self.index * INDEX_WORDS
+    }
+
+    /// Offset of a process record's tree.
+    pub fn proc_nodes(&self) -> u64 {
         PROC_HEADER_WORDS
     }
 
-    /// Offset of a process record's edge table.
-    pub fn proc_edges(&self) -> u64 {
-        PROC_HEADER_WORDS + self.funcs * STAT_WORDS
+    /// Offset of a process record's index.
+    pub fn proc_index(&self) -> u64 {
+        PROC_HEADER_WORDS + self.shape.proc_nodes * NODE_WORDS
     }
 }
 
@@ -328,16 +499,46 @@ impl Geometry {
 mod tests {
     use super::*;
 
+    fn shape() -> Shape {
+        Shape {
+            funcs: 10,
+            nodes: 64,
+            proc_nodes: 256,
+            depth: 16,
+            slots: 3,
+            procs: 2,
+            ring: 0,
+            record_words: 3,
+        }
+    }
+
     #[test]
     fn geometry_checks_limits_and_places_tables() {
-        assert!(Geometry::new(0, 256, 16, 1, 1).is_none());
-        assert!(Geometry::new(1, 255, 16, 1, 1).is_none());
-        assert!(Geometry::new(MAX_FUNCS, MAX_EDGES, MAX_DEPTH, MAX_SLOTS, MAX_PROCS).is_none());
-        let g = Geometry::new(10, 256, 16, 3, 2).unwrap();
+        assert!(Geometry::new(Shape { funcs: 0, ..shape() }).is_none());
+        assert!(Geometry::new(Shape { nodes: 1, ..shape() }).is_none());
+        assert!(Geometry::new(Shape { ring: 100, ..shape() }).is_none());
+        assert!(Geometry::new(Shape { record_words: 12, ..shape() }).is_none());
+        let big = Shape {
+            funcs: MAX_FUNCS,
+            nodes: MAX_NODES,
+            proc_nodes: MAX_NODES,
+            depth: MAX_DEPTH,
+            slots: MAX_SLOTS,
+            procs: MAX_PROCS,
+            ring: MAX_RING,
+            record_words: 11,
+        };
+        assert!(Geometry::new(big).is_none());
+        let g = Geometry::new(shape()).unwrap();
+        assert_eq!(g.index, 128);
         assert_eq!(g.slot_at(0), HEADER_WORDS + 2 * g.proc_words);
         assert_eq!(g.slot_at(3), g.total_words);
-        assert_eq!(g.slot_stack() + 16 * ENTRY_WORDS, g.slot_words);
-        assert_eq!(Geometry::edges_for(10), 256);
-        assert_eq!(Geometry::edges_for(100_000), 1 << 16);
+        assert_eq!(g.slot_ring(), g.slot_words);
+        assert_eq!(g.proc_index() + g.proc_index * INDEX_WORDS, g.proc_words);
+        let traced = Geometry::new(Shape { ring: 1024, record_words: 5, ..shape() }).unwrap();
+        assert_eq!(traced.slot_words, g.slot_words + 1024 * 5);
+        // Every slot starts on a 64-byte boundary.
+        let odd = Geometry::new(Shape { ring: 1, record_words: 5, ..shape() }).unwrap();
+        assert_eq!(odd.slot_at(1) % 8, 0);
     }
 }

@@ -1,9 +1,13 @@
-//! The profile a run leaves behind: versioned JSON, per thread and function.
+//! The profile a run leaves behind: versioned JSON (schema:
+//! `probe/abi/schema/report.schema.json`), per thread a call-path tree and
+//! the flat per-function figures and caller → callee pairs derived from it.
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 /// Version of the report format; bumped on any incompatible change.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A probe run's results.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -80,21 +84,58 @@ pub struct ThreadReport {
     /// figure is whole, they may mix two moments).
     #[serde(default)]
     pub torn: bool,
-    /// Functions called at least once.
+    /// The call-path tree: every distinct path of instrumented functions
+    /// from the thread's first instrumented call, parents before children.
+    pub tree: Vec<NodeReport>,
+    /// Functions called at least once: sums over [`ThreadReport::tree`]
+    /// ([`ThreadReport::derive`]).
     pub functions: Vec<FunctionReport>,
-    /// Caller → callee inclusive table (one level).
+    /// Caller → callee pairs (one level): sums over the tree's parent → child links.
     pub callees: Vec<EdgeReport>,
     /// Activations still open when the report was taken (e.g. `main` during `attach`).
     pub open: u64,
     /// Calls made from a signal handler that interrupted a probe hook, left uninstrumented.
     pub reentered: u64,
-    /// Calls made deeper than the shadow stack: counted in `calls`, not timed.
+    /// Calls made deeper than the shadow stack: neither timed nor in the tree.
     pub overflow: u64,
-    /// Caller → callee pairs dropped because the thread's pair table was full.
-    pub edge_overflow: u64,
+    /// Calls on new paths beyond the tree's bound: left out of the tree
+    /// (their time stays in their callers' exclusive time).
+    pub node_overflow: u64,
     /// Why this thread's counters read nothing (counters probe; the kernel's reason).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub counters_error: Option<String>,
+}
+
+/// One node of a call-path tree: one path of instrumented functions. Times
+/// are in TSC ticks; recursion keeps one node per level, so a node's
+/// inclusive time counts each of its activations once.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// The parent node's index in the tree, `None` for a call made from no
+    /// instrumented function (the thread's root).
+    pub parent: Option<u32>,
+    /// Function id (index into [`Report::functions`]).
+    pub function: u32,
+    /// Entries.
+    pub calls: u64,
+    /// Returns.
+    pub exits: u64,
+    /// Activations left without returning (longjmp, exception, thread exit).
+    pub unwound: u64,
+    /// Inclusive time of the closed activations.
+    pub incl_ticks: u64,
+    /// Exclusive time: inclusive minus the children's inclusive.
+    pub excl_ticks: u64,
+    /// Shortest activation (0 when none closed).
+    pub min_ticks: u64,
+    /// Longest activation.
+    pub max_ticks: u64,
+    /// Inclusive counts per event of [`Report::events`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters_incl: Vec<u64>,
+    /// Exclusive counts per event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub counters_excl: Vec<u64>,
 }
 
 /// One function's totals in one thread. Times are in TSC ticks.
@@ -108,7 +149,8 @@ pub struct FunctionReport {
     pub exits: u64,
     /// Activations left without returning (longjmp, exception), closed when noticed.
     pub unwound: u64,
-    /// Inclusive time; for recursion, only the outermost activation counts.
+    /// Inclusive time; for recursion, only the outermost activation counts
+    /// (tree nodes without an ancestor of the same function).
     pub incl_ticks: u64,
     /// Exclusive time: inclusive minus instrumented callees.
     pub excl_ticks: u64,
@@ -135,6 +177,95 @@ pub struct EdgeReport {
     pub calls: u64,
     /// Inclusive time of the callee under this caller, in ticks.
     pub incl_ticks: u64,
+}
+
+impl ThreadReport {
+    /// Sets [`ThreadReport::functions`] and [`ThreadReport::callees`] from
+    /// the tree, the only way they are made, so they cannot disagree with it.
+    /// Figures saturate: a report file is data.
+    pub fn derive(&mut self) {
+        let mut funcs: BTreeMap<u32, FunctionReport> = BTreeMap::new();
+        let mut edges: BTreeMap<(u32, u32), EdgeReport> = BTreeMap::new();
+        let outermost = self.outermost();
+        for (i, n) in self.tree.iter().enumerate() {
+            let f = funcs
+                .entry(n.function)
+                .or_insert_with(|| FunctionReport { id: n.function, ..Default::default() });
+            let closed_before = f.exits.saturating_add(f.unwound);
+            for (a, b) in [
+                (&mut f.calls, n.calls),
+                (&mut f.exits, n.exits),
+                (&mut f.unwound, n.unwound),
+                (&mut f.excl_ticks, n.excl_ticks),
+            ] {
+                *a = a.saturating_add(b);
+            }
+            if n.exits.saturating_add(n.unwound) > 0 {
+                f.min_ticks = if closed_before == 0 { n.min_ticks } else { f.min_ticks.min(n.min_ticks) };
+                f.max_ticks = f.max_ticks.max(n.max_ticks);
+            }
+            add_counts(&mut f.counters_excl, &n.counters_excl);
+            // Inclusive figures count the outermost activation of a recursion only.
+            if outermost[i] {
+                f.incl_ticks = f.incl_ticks.saturating_add(n.incl_ticks);
+                add_counts(&mut f.counters_incl, &n.counters_incl);
+            } else if f.counters_incl.len() < n.counters_incl.len() {
+                f.counters_incl.resize(n.counters_incl.len(), 0);
+            }
+            if let Some(p) = n.parent.and_then(|p| self.tree.get(p as usize)) {
+                let e = edges.entry((p.function, n.function)).or_insert_with(|| EdgeReport {
+                    caller: p.function,
+                    callee: n.function,
+                    calls: 0,
+                    incl_ticks: 0,
+                });
+                e.calls = e.calls.saturating_add(n.calls);
+                e.incl_ticks = e.incl_ticks.saturating_add(n.incl_ticks);
+            }
+        }
+        self.functions = funcs.into_values().filter(|f| f.calls > 0).collect();
+        self.callees = edges.into_values().collect();
+    }
+
+    /// Per node, whether no ancestor calls the same function (the
+    /// outermost activation of a recursion): one walk down the tree with a
+    /// count of each function on the current path. A parent index that
+    /// does not come before its child makes the node a root.
+    pub fn outermost(&self) -> Vec<bool> {
+        let n = self.tree.len();
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut roots = Vec::new();
+        for (i, node) in self.tree.iter().enumerate() {
+            match node.parent.map(|p| p as usize) {
+                Some(p) if p < i => children[p].push(i),
+                _ => roots.push(i),
+            }
+        }
+        let mut out = vec![true; n];
+        let mut on_path: BTreeMap<u32, u32> = BTreeMap::new();
+        // (node, entering): a node is entered, then its children, then left.
+        let mut todo: Vec<(usize, bool)> = roots.into_iter().rev().map(|r| (r, true)).collect();
+        while let Some((i, entering)) = todo.pop() {
+            let f = self.tree[i].function;
+            if entering {
+                let c = on_path.entry(f).or_default();
+                out[i] = *c == 0;
+                *c += 1;
+                todo.push((i, false));
+                todo.extend(children[i].iter().rev().map(|&c| (c, true)));
+            } else if let Some(c) = on_path.get_mut(&f) {
+                *c -= 1;
+            }
+        }
+        out
+    }
+}
+
+fn add_counts(into: &mut Vec<u64>, from: &[u64]) {
+    into.resize(into.len().max(from.len()), 0);
+    for (a, b) in into.iter_mut().zip(from) {
+        *a = a.saturating_add(*b);
+    }
 }
 
 impl Report {
@@ -240,6 +371,46 @@ mod tests {
         assert_eq!(r.edge(1, 0), (0, 0));
         assert_eq!(r.ns(2000), 1000.0);
         assert_eq!(r.id("nope"), None);
+    }
+
+    #[test]
+    fn flat_figures_and_pairs_are_the_trees_sums() {
+        let n = |parent, function, calls, incl, excl| NodeReport {
+            parent,
+            function,
+            calls,
+            exits: calls,
+            incl_ticks: incl,
+            excl_ticks: excl,
+            min_ticks: 1,
+            max_ticks: incl,
+            ..Default::default()
+        };
+        // main → fib → fib → fib, main → g, fib → g.
+        let mut t = ThreadReport {
+            tree: vec![
+                n(None, 0, 1, 100, 10),
+                n(Some(0), 1, 1, 80, 20),
+                n(Some(1), 1, 2, 50, 40),
+                n(Some(2), 1, 4, 10, 10),
+                n(Some(0), 2, 3, 10, 10),
+                n(Some(1), 2, 1, 10, 10),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(t.outermost(), [true, true, false, false, true, true]);
+        t.derive();
+        let f = |id| t.functions.iter().find(|f| f.id == id).unwrap().clone();
+        // Inclusive time of a recursion: its outermost level only.
+        assert_eq!((f(1).calls, f(1).incl_ticks, f(1).excl_ticks, f(1).max_ticks), (7, 80, 70, 80));
+        assert_eq!((f(2).calls, f(2).incl_ticks, f(0).incl_ticks), (4, 20, 100));
+        let e: Vec<_> = t.callees.iter().map(|e| (e.caller, e.callee, e.calls, e.incl_ticks)).collect();
+        assert_eq!(e, [(0, 1, 1, 80), (0, 2, 3, 10), (1, 1, 6, 60), (1, 2, 1, 10)]);
+        // A crafted tree whose links point forward or nowhere neither loops nor panics.
+        t.tree[1].parent = Some(5);
+        t.tree[2].parent = Some(u32::MAX);
+        t.derive();
+        assert_eq!(t.functions.iter().map(|f| f.calls).sum::<u64>(), 12);
     }
 
     #[test]

@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
-use crate::layout::{self, Geometry, entry, hdr, proc, slot, stat};
-use crate::report::{EdgeReport, FunctionReport, ProcessReport, ThreadReport};
+use crate::layout::{self, Geometry, Shape, entry, hdr, node, proc, record, slot};
+use crate::report::{NodeReport, ProcessReport, ThreadReport};
 
 /// Why a segment cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,55 @@ pub struct OpenFrame {
     pub slot: u64,
     /// The real return address.
     pub ret: u64,
+    /// Entry timestamp.
+    pub start: u64,
+    /// Function id (`u64::MAX` for a frame a forked child inherited).
+    pub function: u64,
+    /// Shadow-stack depth (0: outermost).
+    pub depth: u64,
+}
+
+/// What one drain of a slot's trace ring found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Drained {
+    /// The position to drain from next time (records written so far).
+    pub next: u64,
+    /// Records overwritten before they could be copied.
+    pub lost: u64,
+    /// Records appended to the buffer.
+    pub records: u64,
+}
+
+/// One trace record, decoded ([`layout::record`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceRecord {
+    /// [`record::RETURNED`], [`record::UNWOUND`] or [`record::THREAD`].
+    pub kind: u64,
+    /// Entry timestamp (a thread record: when the thread took the slot).
+    pub start: u64,
+    /// Exit timestamp (a thread record: `pid << 32 | tid`).
+    pub end: u64,
+    /// Function id.
+    pub function: u32,
+    /// Shadow-stack depth.
+    pub depth: u32,
+    /// The slot's thread generation (modulo 2^[`record::GEN_BITS`]).
+    pub generation: u64,
+}
+
+impl TraceRecord {
+    /// Decodes a record's first words (at least [`record::COUNTERS`]).
+    pub fn decode(w: &[u64]) -> TraceRecord {
+        let info = w.get(record::INFO).copied().unwrap_or(0);
+        TraceRecord {
+            kind: (info >> 48) & 3,
+            start: w.first().copied().unwrap_or(0),
+            end: w.get(record::END).copied().unwrap_or(0),
+            function: info as u32,
+            depth: ((info >> 32) & 0xffff) as u32,
+            generation: info >> 50,
+        }
+    }
 }
 
 impl<'a> Segment<'a> {
@@ -101,8 +150,7 @@ impl<'a> Segment<'a> {
             return Err(SegmentError::Version(v));
         }
         let n = |i| get(i).unwrap_or(0);
-        let g = Geometry::new(n(hdr::FUNCS), n(hdr::EDGES), n(hdr::DEPTH), n(hdr::SLOTS), n(hdr::PROCS))
-            .ok_or(SegmentError::Geometry)?;
+        let g = Geometry::new(Shape::from_header(n)).ok_or(SegmentError::Geometry)?;
         if g.total_words != n(hdr::TOTAL_WORDS) {
             return Err(SegmentError::Geometry);
         }
@@ -130,37 +178,36 @@ impl<'a> Segment<'a> {
     /// Threads of process record `record` inside the runtime's cold paths
     /// ([`proc::COLD`]); 0 for a record past the end.
     pub fn cold(&self, record: u32) -> u64 {
-        if u64::from(record) >= self.g.procs {
+        if u64::from(record) >= self.g.shape.procs {
             return 0;
         }
         self.at(self.g.proc_at(u64::from(record)) + proc::COLD as u64)
     }
 
-    /// Copies `len` words from `start` consistently with the sequence word at
-    /// `start` when it can; `(words, torn)`.
-    fn copy(&self, start: u64, len: u64) -> (Vec<u64>, bool) {
-        let range = |s: u64| {
-            let s = s as usize;
-            &self.w[s..s + len as usize]
+    /// Copies the words of `ranges` (start, length; inside the segment)
+    /// consistently with the sequence word at `seq` when it can, one range
+    /// after the other; `(words, torn)`.
+    fn copy(&self, seq: u64, ranges: &[(u64, u64)]) -> (Vec<u64>, bool) {
+        let seq = &self.w[seq as usize];
+        let mut out = Vec::with_capacity(ranges.iter().map(|r| r.1 as usize).sum());
+        let fill = |out: &mut Vec<u64>| {
+            out.clear();
+            for &(s, len) in ranges {
+                out.extend(self.w[s as usize..(s + len) as usize].iter().map(|w| w.load(Ordering::Relaxed)));
+            }
         };
-        let words = range(start);
-        let mut out = vec![0; len as usize];
         for _ in 0..SEQ_TRIES {
-            let s1 = words[0].load(Ordering::Acquire);
+            let s1 = seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
-                for (o, w) in out.iter_mut().zip(words) {
-                    *o = w.load(Ordering::Relaxed);
-                }
+                fill(&mut out);
                 fence(Ordering::Acquire);
-                if words[0].load(Ordering::Relaxed) == s1 {
+                if seq.load(Ordering::Relaxed) == s1 {
                     return (out, false);
                 }
             }
             std::thread::yield_now();
         }
-        for (o, w) in out.iter_mut().zip(words) {
-            *o = w.load(Ordering::Relaxed);
-        }
+        fill(&mut out);
         (out, true)
     }
 
@@ -168,69 +215,73 @@ impl<'a> Segment<'a> {
         (self.header(hdr::NEVENTS) as usize).min(layout::MAX_EVENTS)
     }
 
-    fn functions(&self, rows: &[u64]) -> Vec<FunctionReport> {
+    /// A tree from its node words (root first) and the nodes open on the
+    /// thread's stack: the report's nodes, root left out, renumbered.
+    fn tree(&self, words: &[u64], open: &[u64]) -> Result<Vec<NodeReport>, SegmentError> {
         let nev = self.nevents();
-        rows.chunks_exact(layout::STAT_WORDS as usize)
-            .enumerate()
-            .filter(|(_, r)| r[stat::CALLS] > 0)
-            .map(|(id, r)| FunctionReport {
-                id: id as u32,
-                calls: r[stat::CALLS],
-                exits: r[stat::EXITS],
-                unwound: r[stat::UNWOUND],
-                incl_ticks: r[stat::INCL],
-                excl_ticks: r[stat::EXCL],
-                min_ticks: r[stat::MIN],
-                max_ticks: r[stat::MAX],
-                counters_incl: r[stat::CINCL..stat::CINCL + nev].to_vec(),
-                counters_excl: r[stat::CEXCL..stat::CEXCL + nev].to_vec(),
-            })
-            .collect()
-    }
-
-    fn edges(&self, words: &[u64]) -> Result<Vec<EdgeReport>, SegmentError> {
-        let mut out = Vec::new();
-        for e in words.chunks_exact(layout::EDGE_WORDS as usize).filter(|e| e[0] != 0) {
-            let (caller, callee) = ((e[0] >> 32).wrapping_sub(1), e[0] & 0xffff_ffff);
-            if caller >= self.g.funcs || callee >= self.g.funcs {
-                return Err(SegmentError::Corrupt("a caller → callee pair names an unknown function"));
+        let nw = layout::NODE_WORDS as usize;
+        let mut nodes: Vec<NodeReport> = Vec::with_capacity(words.len() / nw);
+        let mut open_at = vec![0u64; words.len() / nw];
+        for &n in open {
+            if let Some(o) = open_at.get_mut(n as usize) {
+                *o += 1;
             }
-            out.push(EdgeReport {
-                caller: caller as u32,
-                callee: callee as u32,
-                calls: e[1],
-                incl_ticks: e[2],
+        }
+        for (i, w) in words.chunks_exact(nw).enumerate().skip(1) {
+            let link = w[node::LINK];
+            let (parent, function) = (link >> 32, link & 0xffff_ffff);
+            if parent >= i as u64 || function >= self.g.shape.funcs {
+                return Err(SegmentError::Corrupt("a tree node names an unknown parent or function"));
+            }
+            let (calls, unwound) = (w[node::CALLS], w[node::UNWOUND]);
+            nodes.push(NodeReport {
+                parent: (parent > 0).then(|| parent as u32 - 1),
+                function: function as u32,
+                calls,
+                exits: calls.saturating_sub(unwound).saturating_sub(open_at[i]),
+                unwound,
+                incl_ticks: w[node::INCL],
+                excl_ticks: w[node::EXCL],
+                min_ticks: if w[node::MIN] == u64::MAX { 0 } else { w[node::MIN] },
+                max_ticks: w[node::MAX],
+                counters_incl: w[node::CINCL..node::CINCL + nev].to_vec(),
+                counters_excl: w[node::CEXCL..node::CEXCL + nev].to_vec(),
             });
         }
-        Ok(out)
+        Ok(nodes)
     }
 
     /// Every process record's figures, in record order (the target first).
     pub fn sample(&self) -> Result<Vec<ProcessSample>, SegmentError> {
         let g = self.g;
-        let claimed = self.header(hdr::NEXT_PROC).min(g.procs);
+        let nw = layout::NODE_WORDS;
+        let claimed = self.header(hdr::NEXT_PROC).min(g.shape.procs);
         let mut procs: Vec<ProcessSample> = Vec::new();
         // Record index → position in `procs`.
         let mut index = vec![None; claimed as usize];
         for i in 0..claimed {
             let at = g.proc_at(i);
-            let (words, torn) = self.copy(at, g.proc_words);
+            if self.at(at + proc::STATE as u64) == 0 {
+                continue;
+            }
+            let used = self.at(at + proc::NODES_USED as u64).clamp(1, g.shape.proc_nodes);
+            let hw = layout::PROC_HEADER_WORDS;
+            let (words, torn) = self.copy(at, &[(at, hw), (at + g.proc_nodes(), used * nw)]);
             if words[proc::STATE] == 0 {
                 continue;
             }
-            let stats = &words[g.proc_stats() as usize..g.proc_edges() as usize];
-            let exited = ThreadReport {
+            let mut exited = ThreadReport {
                 tid: 0,
                 pid: words[proc::PID] as u32,
                 exited_threads: words[proc::EXITED_THREADS],
                 torn,
-                functions: self.functions(stats),
-                callees: self.edges(&words[g.proc_edges() as usize..])?,
+                tree: self.tree(&words[hw as usize..], &[])?,
                 reentered: words[proc::REENTERED],
                 overflow: words[proc::UNTIMED],
-                edge_overflow: words[proc::EDGE_OVERFLOW],
+                node_overflow: words[proc::NODE_OVERFLOW],
                 ..Default::default()
             };
+            exited.derive();
             index[i as usize] = Some(procs.len());
             procs.push(ProcessSample {
                 pid: words[proc::PID] as u32,
@@ -240,14 +291,17 @@ impl<'a> Segment<'a> {
                 exited,
             });
         }
-        // Slots: header, statistics and edges (not the shadow stack).
-        let len = g.slot_stack();
-        for i in 0..g.slots {
+        let hw = layout::SLOT_HEADER_WORDS;
+        for i in 0..g.shape.slots {
             let at = g.slot_at(i);
-            if self.at(at + slot::STATE as u64) == 0 {
+            if self.at(at + slot::STATE as u64) == slot::FREE {
                 continue;
             }
-            let (words, torn) = self.copy(at, len);
+            let depth = self.at(at + slot::DEPTH as u64).min(g.shape.depth);
+            let used = self.at(at + slot::NODES_USED as u64).clamp(1, g.shape.nodes);
+            let ew = layout::ENTRY_WORDS;
+            let (words, torn) = self
+                .copy(at, &[(at, hw), (at + g.slot_stack(), depth * ew), (at + g.slot_nodes(), used * nw)]);
             if words[slot::STATE] == slot::FREE {
                 continue;
             }
@@ -255,42 +309,45 @@ impl<'a> Segment<'a> {
             let Some(&Some(pos)) = index.get(p) else {
                 return Err(SegmentError::Corrupt("a thread belongs to no process record"));
             };
+            let stack = &words[hw as usize..(hw + depth * ew) as usize];
+            let open: Vec<u64> = stack.chunks_exact(ew as usize).map(|e| e[entry::NODE]).collect();
             let ps = &mut procs[pos];
-            let pid = ps.pid;
             let errno = words[slot::COUNTERS_ERRNO];
-            ps.threads.push(ThreadReport {
+            let mut t = ThreadReport {
                 tid: words[slot::TID] as u32,
-                pid,
+                pid: ps.pid,
                 exited_threads: 0,
                 ended: words[slot::STATE] == slot::KEPT,
                 torn,
-                functions: self.functions(&words[g.slot_stats() as usize..g.slot_edges() as usize]),
-                callees: self.edges(&words[g.slot_edges() as usize..])?,
-                open: words[slot::DEPTH].min(g.depth),
+                tree: self.tree(&words[(hw + depth * ew) as usize..], &open)?,
+                open: depth,
                 reentered: words[slot::REENTERED],
                 overflow: words[slot::UNTIMED],
-                edge_overflow: words[slot::EDGE_OVERFLOW],
+                node_overflow: words[slot::NODE_OVERFLOW],
                 counters_error: (errno != 0)
                     .then(|| format!("the kernel refused the counter group (errno {errno})")),
-            });
+                ..Default::default()
+            };
+            t.derive();
+            ps.threads.push(t);
         }
         Ok(procs)
     }
 
     /// Every open activation of every live slot whose return address the
     /// runtime replaced, innermost first per thread (the order to put them
-    /// back in). Read while the target is stopped.
+    /// back in). Read while the target is stopped, or after it ended.
     pub fn open_frames(&self) -> Vec<OpenFrame> {
         let g = self.g;
         let mut out = Vec::new();
-        for i in 0..g.slots {
+        for i in 0..g.shape.slots {
             let at = g.slot_at(i);
             if self.at(at + slot::STATE as u64) != slot::LIVE {
                 continue;
             }
-            let depth = self.at(at + slot::DEPTH as u64).min(g.depth);
+            let depth = self.at(at + slot::DEPTH as u64).min(g.shape.depth);
             let tid = self.at(at + slot::TID as u64) as u32;
-            let process = self.at(at + slot::PROC as u64).min(g.procs) as u32;
+            let process = self.at(at + slot::PROC as u64).min(g.shape.procs) as u32;
             for d in (0..depth).rev() {
                 let e = at + g.slot_stack() + d * layout::ENTRY_WORDS;
                 out.push(OpenFrame {
@@ -298,10 +355,71 @@ impl<'a> Segment<'a> {
                     tid,
                     slot: self.at(e + entry::SLOT as u64),
                     ret: self.at(e + entry::RET as u64),
+                    start: self.at(e + entry::START as u64),
+                    function: self.at(e + entry::FID as u64),
+                    depth: d,
                 });
             }
         }
         out
+    }
+
+    /// The thread id and trace generation a slot holds now.
+    pub fn slot_owner(&self, i: u64) -> Option<(u32, u64)> {
+        (i < self.g.shape.slots).then(|| {
+            let at = self.g.slot_at(i);
+            (self.at(at + slot::TID as u64) as u32, self.at(at + slot::TRACE_GEN as u64))
+        })
+    }
+
+    /// The process record index slot `i`'s thread belongs to.
+    pub fn slot_process(&self, i: u64) -> u64 {
+        if i >= self.g.shape.slots {
+            return u64::MAX;
+        }
+        self.at(self.g.slot_at(i) + slot::PROC as u64)
+    }
+
+    /// The pid of process record `record` (0 when out of range or not yet claimed).
+    pub fn process_pid(&self, record: u64) -> u32 {
+        if record >= self.g.shape.procs {
+            return 0;
+        }
+        self.at(self.g.proc_at(record) + proc::PID as u64) as u32
+    }
+
+    /// Appends the trace records of slot `i` written since position `from`
+    /// to `out` (each [`Shape::record_words`] words, oldest first), following
+    /// the ring's ordering rules ([`layout`]): records overwritten before they
+    /// were copied are counted in [`Drained::lost`], never returned.
+    pub fn drain(&self, i: u64, from: u64, out: &mut Vec<u64>) -> Drained {
+        let g = self.g;
+        let (ring, rw) = (g.shape.ring, g.shape.record_words);
+        if ring == 0 || i >= g.shape.slots {
+            return Drained { next: from, lost: 0, records: 0 };
+        }
+        let at = g.slot_at(i);
+        let head_word = &self.w[(at + slot::TRACE_HEAD as u64) as usize];
+        let head = head_word.load(Ordering::Acquire);
+        // A head that went backwards (a hostile target) restarts the count there.
+        let from = if from > head { head } else { from };
+        let first = from.max(head.saturating_sub(ring));
+        let base = at + g.slot_ring();
+        let mark = out.len();
+        // At most two runs of the ring: up to its end, then from its start.
+        let (a, n) = (first & (ring - 1), head - first);
+        let first_run = n.min(ring - a);
+        for (from_record, records) in [(a, first_run), (0, n - first_run)] {
+            let s = (base + from_record * rw) as usize;
+            out.extend(self.w[s..s + (records * rw) as usize].iter().map(|w| w.load(Ordering::Relaxed)));
+        }
+        fence(Ordering::Acquire);
+        let h2 = head_word.load(Ordering::Relaxed);
+        // Records at or below h2 − ring may have been overwritten while copied.
+        let valid = h2.saturating_add(1).saturating_sub(ring).max(first).min(head);
+        let torn = valid - first;
+        out.drain(mark..mark + (torn * rw) as usize);
+        Drained { next: head, lost: first - from + torn, records: head - valid }
     }
 }
 
@@ -319,7 +437,7 @@ pub fn flatten(procs: Vec<ProcessSample>) -> (Vec<ThreadReport>, Vec<ProcessRepo
             exited_threads: p.exited_threads,
         });
         threads.extend(p.threads);
-        if p.exited_threads > 0 || !p.exited.functions.is_empty() {
+        if p.exited_threads > 0 || !p.exited.tree.is_empty() {
             threads.push(p.exited);
         }
     }
@@ -329,24 +447,40 @@ pub fn flatten(procs: Vec<ProcessSample>) -> (Vec<ThreadReport>, Vec<ProcessRepo
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::{ROOT_LINK, Shape};
+
+    fn shape() -> Shape {
+        Shape { funcs: 3, nodes: 8, proc_nodes: 16, depth: 4, slots: 2, procs: 2, ring: 0, record_words: 3 }
+    }
 
     fn segment(g: Geometry) -> Vec<AtomicU64> {
         let w: Vec<AtomicU64> = (0..g.total_words).map(|_| AtomicU64::new(0)).collect();
-        let set = |i: u64, v: u64| w[i as usize].store(v, Ordering::Relaxed);
-        set(hdr::MAGIC as u64, layout::MAGIC);
-        set(hdr::VERSION as u64, layout::VERSION);
-        set(hdr::FUNCS as u64, g.funcs);
-        set(hdr::EDGES as u64, g.edges);
-        set(hdr::DEPTH as u64, g.depth);
-        set(hdr::SLOTS as u64, g.slots);
-        set(hdr::PROCS as u64, g.procs);
-        set(hdr::TOTAL_WORDS as u64, g.total_words);
+        let set = |i: usize, v: u64| w[i].store(v, Ordering::Relaxed);
+        set(hdr::MAGIC, layout::MAGIC);
+        set(hdr::VERSION, layout::VERSION);
+        set(hdr::TOTAL_WORDS, g.total_words);
+        for (i, v) in g.shape.header() {
+            set(i, v);
+        }
         w
     }
 
+    /// Writes node `i` of the tree at word `at`: (parent, function, calls, unwound, incl, excl).
+    fn node(w: &[AtomicU64], at: u64, i: u64, n: (u64, u64, u64, u64, u64, u64)) {
+        let set =
+            |k: usize, v: u64| w[(at + i * layout::NODE_WORDS) as usize + k].store(v, Ordering::Relaxed);
+        set(node::LINK, if i == 0 { ROOT_LINK } else { n.0 << 32 | n.1 });
+        set(node::CALLS, n.2);
+        set(node::UNWOUND, n.3);
+        set(node::INCL, n.4);
+        set(node::EXCL, n.5);
+        set(node::MIN, if n.2 > 0 { 1 } else { u64::MAX });
+        set(node::MAX, n.4);
+    }
+
     #[test]
-    fn reads_threads_and_totals() {
-        let g = Geometry::new(3, 256, 4, 2, 2).unwrap();
+    fn reads_trees_and_derives_flat_figures() {
+        let g = Geometry::new(shape()).unwrap();
         let w = segment(g);
         let set = |i: u64, v: u64| w[i as usize].store(v, Ordering::Relaxed);
         set(hdr::NEXT_PROC as u64, 1);
@@ -354,31 +488,50 @@ mod tests {
         set(p + proc::STATE as u64, 1);
         set(p + proc::PID as u64, 42);
         set(p + proc::EXITED_THREADS as u64, 7);
-        set(p + g.proc_stats() + 2 * layout::STAT_WORDS, 700);
+        set(p + proc::NODES_USED as u64, 2);
+        node(&w, p + g.proc_nodes(), 0, (0, 0, 0, 0, 0, 0));
+        node(&w, p + g.proc_nodes(), 1, (0, 2, 700, 0, 7000, 7000));
+        // A live thread: main (0) → fib (1) → fib (1), fib called 3 times in
+        // all, the inner one still open on the stack.
         let s = g.slot_at(1);
-        set(s + slot::STATE as u64, 1);
+        set(s + slot::STATE as u64, slot::LIVE);
         set(s + slot::TID as u64, 43);
-        set(s + g.slot_stats() + stat::CALLS as u64, 5);
-        set(s + g.slot_edges(), (1 << 32) | 2);
-        set(s + g.slot_edges() + 1, 9);
+        set(s + slot::NODES_USED as u64, 4);
+        set(s + slot::DEPTH as u64, 1);
+        set(s + g.slot_stack() + entry::NODE as u64, 3);
+        let t = s + g.slot_nodes();
+        node(&w, t, 0, (0, 0, 0, 0, 0, 0));
+        node(&w, t, 1, (0, 0, 1, 0, 100, 40));
+        node(&w, t, 2, (1, 1, 2, 1, 60, 50));
+        node(&w, t, 3, (2, 1, 1, 0, 0, 0));
         let seg = Segment::new(&w).unwrap();
         let procs = seg.sample().unwrap();
         assert_eq!(procs.len(), 1);
         assert_eq!((procs[0].pid, procs[0].exited_threads), (42, 7));
         assert_eq!(procs[0].exited.functions[0].id, 2);
         assert_eq!(procs[0].exited.functions[0].calls, 700);
-        let t = &procs[0].threads[0];
-        assert_eq!((t.tid, t.pid, t.functions[0].calls), (43, 42, 5));
-        assert_eq!(t.callees[0], EdgeReport { caller: 0, callee: 2, calls: 9, incl_ticks: 0 });
+        let th = &procs[0].threads[0];
+        assert_eq!((th.tid, th.pid, th.open), (43, 42, 1));
+        assert_eq!(th.tree.len(), 3);
+        assert_eq!((th.tree[1].parent, th.tree[2].parent), (Some(0), Some(1)));
+        assert_eq!((th.tree[2].exits, th.tree[2].min_ticks), (0, 1), "the open activation is not an exit");
+        let fib = th.functions.iter().find(|f| f.id == 1).unwrap();
+        // Three calls, one unwound, one open; inclusive only from the outermost level.
+        assert_eq!((fib.calls, fib.exits, fib.unwound, fib.incl_ticks, fib.excl_ticks), (3, 1, 1, 60, 50));
+        assert_eq!(th.callees.len(), 2);
+        assert_eq!((th.callees[0].caller, th.callees[0].callee, th.callees[0].calls), (0, 1, 2));
+        assert_eq!((th.callees[1].caller, th.callees[1].callee, th.callees[1].calls), (1, 1, 1));
         // Threads in the runtime's cold paths, per record; none past the last record.
         assert!((proc::COLD as u64) < layout::PROC_HEADER_WORDS);
         set(p + proc::COLD as u64, 2);
         assert_eq!((seg.cold(0), seg.cold(1), seg.cold(2), seg.cold(u32::MAX)), (2, 0, 0, 0));
+        let open = seg.open_frames();
+        assert_eq!((open.len(), open[0].tid, open[0].depth), (1, 43, 0));
     }
 
     #[test]
     fn hostile_segments_give_errors() {
-        let g = Geometry::new(3, 256, 4, 2, 2).unwrap();
+        let g = Geometry::new(shape()).unwrap();
         let w = segment(g);
         assert!(matches!(Segment::new(&w[..w.len() - 1]), Err(SegmentError::Short { .. })));
         w[hdr::FUNCS].store(u64::MAX, Ordering::Relaxed);
@@ -387,14 +540,19 @@ mod tests {
         w[hdr::TOTAL_WORDS].store(1, Ordering::Relaxed);
         assert_eq!(Segment::new(&w).unwrap_err(), SegmentError::Geometry);
         w[hdr::TOTAL_WORDS].store(g.total_words, Ordering::Relaxed);
-        // An edge naming function 2^31, a thread in a record never claimed.
+        // A node naming function 2^31, then a node whose parent follows it,
+        // then a thread in a record never claimed.
         w[hdr::NEXT_PROC].store(u64::MAX, Ordering::Relaxed);
         let p = g.proc_at(0);
         w[(p + proc::STATE as u64) as usize].store(1, Ordering::Relaxed);
-        w[(p + g.proc_edges()) as usize].store(1 << 31, Ordering::Relaxed);
+        w[(p + proc::NODES_USED as u64) as usize].store(2, Ordering::Relaxed);
+        let link = (p + g.proc_nodes() + layout::NODE_WORDS) as usize;
+        w[link].store(1 << 31, Ordering::Relaxed);
         let seg = Segment::new(&w).unwrap();
         assert!(matches!(seg.sample(), Err(SegmentError::Corrupt(_))));
-        w[(p + g.proc_edges()) as usize].store(0, Ordering::Relaxed);
+        w[link].store(5 << 32, Ordering::Relaxed);
+        assert!(matches!(seg.sample(), Err(SegmentError::Corrupt(_))));
+        w[link].store(0, Ordering::Relaxed);
         let s = g.slot_at(0);
         w[(s + slot::STATE as u64) as usize].store(1, Ordering::Relaxed);
         w[(s + slot::PROC as u64) as usize].store(u64::MAX, Ordering::Relaxed);
@@ -407,9 +565,10 @@ mod tests {
 
     #[test]
     fn random_words_never_panic() {
-        let g = Geometry::new(5, 256, 8, 4, 3).unwrap();
+        let g = Geometry::new(Shape { funcs: 5, slots: 4, procs: 3, ring: 4, ..shape() }).unwrap();
         let w = segment(g);
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut buf = Vec::new();
         for round in 0..200 {
             for a in w.iter().skip(layout::HEADER_WORDS as usize) {
                 x ^= x << 13;
@@ -422,7 +581,48 @@ mod tests {
             w[hdr::NEVENTS].store(x % 9, Ordering::Relaxed);
             let seg = Segment::new(&w).unwrap();
             let _ = seg.sample();
-            assert!(seg.open_frames().len() as u64 <= g.slots * g.depth);
+            assert!(seg.open_frames().len() as u64 <= g.shape.slots * g.shape.depth);
+            for i in 0..g.shape.slots + 1 {
+                buf.clear();
+                let d = seg.drain(i, x % 16, &mut buf);
+                assert!(d.records <= 4 && buf.len() as u64 == d.records * 3);
+            }
         }
+    }
+
+    #[test]
+    fn drains_whole_records_and_counts_the_overwritten() {
+        let g = Geometry::new(Shape { ring: 4, record_words: 3, ..shape() }).unwrap();
+        let w = segment(g);
+        let s = g.slot_at(0);
+        let write = |i: u64| {
+            let at = (s + g.slot_ring() + (i % 4) * 3) as usize;
+            let info = (record::RETURNED << 48) | (2u64 << 32) | 1;
+            w[at].store(10 * i, Ordering::Relaxed);
+            w[at + 1].store(10 * i + 5, Ordering::Relaxed);
+            w[at + 2].store(info, Ordering::Relaxed);
+            w[(s + slot::TRACE_HEAD as u64) as usize].store(i + 1, Ordering::Release);
+        };
+        let seg = Segment::new(&w).unwrap();
+        let mut buf = Vec::new();
+        for i in 0..3 {
+            write(i);
+        }
+        let d = seg.drain(0, 0, &mut buf);
+        assert_eq!(d, Drained { next: 3, lost: 0, records: 3 });
+        let r = TraceRecord::decode(&buf[6..9]);
+        assert_eq!((r.start, r.end, r.function, r.depth, r.kind), (20, 25, 1, 2, record::RETURNED));
+        // Ten more records: six were overwritten before this drain, and the
+        // writer may be overwriting a seventh (its next record's place).
+        for i in 3..13 {
+            write(i);
+        }
+        buf.clear();
+        let d = seg.drain(0, 3, &mut buf);
+        assert_eq!(d, Drained { next: 13, lost: 7, records: 3 });
+        assert_eq!(buf[0], 100, "the oldest record kept is number 10");
+        // A head that goes backwards does not make the reader copy the ring again.
+        w[(s + slot::TRACE_HEAD as u64) as usize].store(2, Ordering::Release);
+        assert_eq!(seg.drain(0, 13, &mut buf).records, 0);
     }
 }

@@ -65,6 +65,28 @@ pub extern "C" fn papirus_probe_local_init(capacity: u64, probe: u32) -> i64 {
     0
 }
 
+/// In-process use: turns tracing on (non-zero) or off (as [`crate::set_tracing`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn papirus_probe_set_tracing(on: u32) {
+    crate::set_tracing(on != 0);
+}
+
+/// In-process use: the results segment's address; its length in words goes
+/// to `*words` (0 and 0 before set-up).
+///
+/// # Safety
+///
+/// `words` must point to a writable `u64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn papirus_probe_local_segment(words: *mut u64) -> u64 {
+    let w = crate::segment_words();
+    if !words.is_null() {
+        // SAFETY: the caller passes a writable u64.
+        unsafe { words.write(w.len() as u64) };
+    }
+    w.as_ptr() as u64
+}
+
 /// In-process use: switches the probe for calls from now on (as [`crate::set_probe`]).
 #[unsafe(no_mangle)]
 pub extern "C" fn papirus_probe_set_probe(probe: u32) {

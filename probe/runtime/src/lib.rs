@@ -3,9 +3,10 @@
 //!
 //! Loaded by `LD_PRELOAD` for `papirus-probe run` and by an injected `dlopen`
 //! for `attach`; tests link it as an rlib and patch functions of their own
-//! process. The hot path ([`mod@hooks`]) keeps, per thread and per function,
-//! calls, inclusive and exclusive time, min and max, and a one-level caller →
-//! callee table, without locks, allocation, system calls, libc or vector
+//! process. The hot path ([`mod@hooks`]) keeps, per thread, a call-path
+//! tree (calls, inclusive and exclusive time, min and max, counter deltas per
+//! distinct path of instrumented functions) and, when tracing, a ring of
+//! closed calls, without locks, allocation, system calls, libc or vector
 //! registers (the trampolines save general registers and flags only; papirus'
 //! tests disassemble the hooks to prove they touch nothing else). The
 //! counters probe is the exception: it reads papirus-substrate counter groups
@@ -24,8 +25,8 @@
 //!
 //! A thread's slot is recycled when the thread ends (a thread-local
 //! destructor registered on its first instrumented call): its open frames are
-//! closed as unwound, its figures folded into its process' exited-thread
-//! totals. A forked child takes a process record and a slot of its own
+//! closed as unwound, its tree folded into its process' tree of exited
+//! threads, so memory grows with distinct paths, not with threads. A forked child takes a process record and a slot of its own
 //! (`pthread_atfork`), keeping the forking thread's open frames.
 //!
 //! # Caveats
@@ -114,13 +115,37 @@ pub fn init(capacity: u64, probe: Probe) {
             tool_pid: std::process::id(),
             // In-process users (tests, benches) look at their own threads.
             per_thread: true,
+            nodes: 0,
+            // A ring per thread for benches that trace; off until set_tracing.
+            trace: Some(papirus_probe_abi::TraceOptions {
+                ring: LOCAL_RING,
+                min_ticks: 0,
+                depth: u64::MAX,
+                functions: capacity.max(1),
+            }),
         };
         if let Ok(fd) = setup(&s) {
             // This process maps it; nobody else needs the fd.
             segment::close(fd);
         }
+        set_tracing(false);
     }
     set_probe(probe);
+}
+
+/// Trace records per thread of an in-process session.
+const LOCAL_RING: u64 = 1 << 16;
+
+/// Turns tracing of every closed call on or off from now on (in-process
+/// sessions, whose rings exist from [`init`]: benches compare the cost).
+pub fn set_tracing(on: bool) {
+    state::TRACING.store(on && state::FLAT.ring.load(Ordering::Relaxed) > 0, Ordering::Relaxed);
+}
+
+/// The in-process session's results segment (for a drainer in this
+/// process), or an empty slice before [`init`].
+pub fn segment_words() -> &'static [std::sync::atomic::AtomicU64] {
+    state::Seg::current().map_or(&[], |s| s.words())
 }
 
 /// Switches the probe for calls from now on (benches compare probes in one process).
@@ -205,7 +230,7 @@ fn fix_events(names: Vec<String>, attrs: Vec<papirus_substrate::EventAttr>) -> R
 /// Adds functions to this process' in-process session; returns their ids.
 pub fn register_functions<S: AsRef<str>>(new: &[S]) -> Result<Range<u32>, Error> {
     let seg = state::Seg::current().ok_or(Error::NotInitialised("call init first"))?;
-    let capacity = seg.g.funcs;
+    let capacity = seg.g.shape.funcs;
     let mut g = names();
     let first = g.len() as u64;
     let requested = first + new.len() as u64;

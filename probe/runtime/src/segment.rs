@@ -30,8 +30,7 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
     if state::BASE.load(Ordering::Acquire) != 0 {
         return Err(-(ACTIVE_BASE + OWNER.load(Ordering::Relaxed) as i64));
     }
-    let g = Geometry::new(s.functions, Geometry::edges_for(s.functions), state::DEPTH, s.slots, s.processes)
-        .ok_or(SetupCode::Geometry as i64)?;
+    let g = s.shape(state::DEPTH).and_then(Geometry::new).ok_or(SetupCode::Geometry as i64)?;
     if s.probe == Probe::Counters && crate::set_event_specs(&s.events).is_err() {
         return Err(SetupCode::Events as i64);
     }
@@ -41,14 +40,15 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
         // SAFETY: `i` is a header word of the fresh mapping.
         unsafe { ((base + i * 8) as *mut u64).write(v) }
     };
-    for (i, v) in [
+    let trace = s.trace.as_ref();
+    let (trace_min, trace_depth, trace_funcs) =
+        trace.map_or((0, 0, 0), |t| (t.min_ticks, t.depth, t.functions));
+    for (i, v) in g.shape.header().into_iter().chain([
         (hdr::MAGIC, layout::MAGIC),
         (hdr::VERSION, layout::VERSION),
-        (hdr::FUNCS, g.funcs),
-        (hdr::EDGES, g.edges),
-        (hdr::DEPTH, g.depth),
-        (hdr::SLOTS, g.slots),
-        (hdr::PROCS, g.procs),
+        (hdr::TRACE_MIN_TICKS, trace_min),
+        (hdr::TRACE_DEPTH, trace_depth),
+        (hdr::TRACE_FUNCS, trace_funcs),
         (hdr::TOTAL_WORDS, g.total_words),
         (hdr::START_TSC, sys::rdtsc()),
         (hdr::NEXT_PROC, 1),
@@ -58,17 +58,19 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
             counters::NEVENTS.load(Ordering::Acquire) as u64 * u64::from(s.probe == Probe::Counters),
         ),
         (hdr::EXIT_STUB, crate::hooks::exit_stub()),
-    ] {
+    ]) {
         seg_words(i, v);
     }
     let rec = layout::HEADER_WORDS as usize;
     seg_words(rec + proc::PID, u64::from(std::process::id()));
     seg_words(rec + proc::PARENT, u64::from(std::os::unix::process::parent_id()));
+    seg_words(rec + g.proc_nodes() as usize + layout::node::LINK, layout::ROOT_LINK);
+    seg_words(rec + proc::NODES_USED, 1);
     seg_words(rec + proc::STATE, 1);
     *STARTED.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), sys::rdtsc()));
     OWNER.store(u64::from(s.tool_pid), Ordering::Relaxed);
     state::PROCESS.store(0, Ordering::Relaxed);
-    state::FLAT.set(&g);
+    state::FLAT.set(&g, trace_min, trace_depth, trace_funcs);
     state::PER_THREAD.store(s.per_thread, Ordering::Relaxed);
     state::BASE.store(base, Ordering::Release);
     EPOCH.fetch_add(1, Ordering::AcqRel);

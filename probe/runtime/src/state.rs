@@ -4,8 +4,15 @@
 //! [`papirus_probe_abi::layout`]; the structs here mirror it (asserted at
 //! compile time). Every table word is an `AtomicU64` accessed with Relaxed
 //! loads and stores by the one thread that owns the slot (on x86-64: plain
-//! moves, as before), bracketed by the slot's sequence word so a reader in
-//! the tool can take a consistent copy while the thread runs.
+//! moves), bracketed by the slot's sequence word so a reader in the tool can
+//! take a consistent copy while the thread runs.
+//!
+//! Each thread keeps a call-path tree: the entry hook finds the node of the
+//! new activation under its caller's node through the caller's one-entry
+//! cache (the last child it found: a loop calling one function never looks
+//! further), else through the tree's index, appending a node for a new
+//! path. The exit hook adds the activation's figures to its node and, with
+//! tracing on, writes one record to the thread's ring.
 //!
 //! # Safety
 //!
@@ -19,12 +26,16 @@
 //! is then elsewhere) and uses the segment after that call ([`Cold`]). The
 //! sequence word keeps a signal handler from touching the tables while the
 //! interrupted hook uses them: re-entered hooks return after bumping a counter.
+//! Node, index and ring positions are bounded by the slot's private words,
+//! which set-up's geometry fills and nothing else writes.
 #![allow(unsafe_code)]
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::cell::RefCell;
 
-use papirus_probe_abi::layout::{self, Geometry, entry, hdr, proc, slot, stat};
+use papirus_probe_abi::layout::{
+    self, Geometry, INDEX_PROBES, NO_NODE, ROOT_LINK, Shape, entry, hdr, node, proc, record, slot,
+};
 
 use crate::sys;
 
@@ -34,8 +45,6 @@ pub(crate) const DEPTH: u64 = 4096;
 /// below the current frame: a signal handler on an alternate stack (which may
 /// lie anywhere) must not discard the interrupted stack's entries.
 const REAP_WINDOW: u64 = 256 << 20;
-/// Probes per caller → callee lookup before the pair is counted as dropped.
-const EDGE_PROBES: u64 = 8;
 /// Counter events the counters probe reads at most.
 pub const MAX_EVENTS: usize = layout::MAX_EVENTS;
 
@@ -71,10 +80,10 @@ pub(crate) struct Entry {
     start: AtomicU64,
     child: AtomicU64,
     fid: AtomicU64,
-    _pad: AtomicU64,
+    node: AtomicU64,
     cstart: [AtomicU64; MAX_EVENTS],
     cchild: [AtomicU64; MAX_EVENTS],
-    _pad2: [AtomicU64; 2],
+    _pad: [AtomicU64; 2],
 }
 
 /// The words of an [`Entry`], copied out.
@@ -84,14 +93,14 @@ impl Entry {
     fn words(&self) -> [&AtomicU64; size_of::<Entry>() / 8] {
         let [c0, c1, c2, c3] = &self.cstart;
         let [h0, h1, h2, h3] = &self.cchild;
-        let [p0, p1] = &self._pad2;
+        let [p0, p1] = &self._pad;
         [
             &self.slot,
             &self.ret,
             &self.start,
             &self.child,
             &self.fid,
-            &self._pad,
+            &self.node,
             c0,
             c1,
             c2,
@@ -116,29 +125,52 @@ impl Entry {
     }
 }
 
-/// Per-function totals ([`layout::stat`]).
+/// A call-path tree node ([`layout::node`]).
 #[repr(C)]
-pub(crate) struct Stats {
-    pub calls: AtomicU64,
-    pub exits: AtomicU64,
-    pub unwound: AtomicU64,
-    pub incl: AtomicU64,
-    pub excl: AtomicU64,
-    pub min: AtomicU64,
-    pub max: AtomicU64,
-    /// Activations currently open (recursion depth), so inclusive time counts the outermost only.
-    pub active: AtomicU64,
-    pub cincl: [AtomicU64; MAX_EVENTS],
-    pub cexcl: [AtomicU64; MAX_EVENTS],
+pub(crate) struct Node {
+    link: AtomicU64,
+    cache: AtomicU64,
+    calls: AtomicU64,
+    unwound: AtomicU64,
+    incl: AtomicU64,
+    excl: AtomicU64,
+    min: AtomicU64,
+    max: AtomicU64,
+    cincl: [AtomicU64; MAX_EVENTS],
+    cexcl: [AtomicU64; MAX_EVENTS],
 }
 
-/// One caller → callee pair.
+impl Node {
+    /// Every word, for zeroing.
+    fn words(&self) -> &[AtomicU64; layout::NODE_WORDS as usize] {
+        // SAFETY: Node is 16 AtomicU64s in a row (asserted below).
+        unsafe { &*(self as *const Node as *const [AtomicU64; layout::NODE_WORDS as usize]) }
+    }
+
+    /// Adds `from`'s figures (another tree's node of the same path).
+    fn merge(&self, from: &Node) {
+        for (a, b) in [
+            (&self.calls, &from.calls),
+            (&self.unwound, &from.unwound),
+            (&self.incl, &from.incl),
+            (&self.excl, &from.excl),
+        ] {
+            a.add(b.get());
+        }
+        self.min.set(self.min.get().min(from.min.get()));
+        self.max.set(self.max.get().max(from.max.get()));
+        for i in 0..MAX_EVENTS {
+            self.cincl[i].add(from.cincl[i].get());
+            self.cexcl[i].add(from.cexcl[i].get());
+        }
+    }
+}
+
+/// An index entry: `(parent + 1) << 32 | function`, node.
 #[repr(C)]
-pub(crate) struct Edge {
-    /// `(caller + 1) << 32 | callee`; 0 when the slot is empty.
-    pub key: AtomicU64,
-    pub calls: AtomicU64,
-    pub incl: AtomicU64,
+struct IndexEntry {
+    key: AtomicU64,
+    node: AtomicU64,
 }
 
 /// A slot's header ([`layout::slot`]); the tables follow it in the segment.
@@ -151,7 +183,7 @@ pub(crate) struct Thread {
     depth: AtomicU64,
     reentered: AtomicU64,
     untimed: AtomicU64,
-    edge_overflow: AtomicU64,
+    node_overflow: AtomicU64,
     /// Counter values of the current hook (written by the counters reader).
     pub cnow: [AtomicU64; MAX_EVENTS],
     /// Counter events this thread reads (0 without an XSAVE area).
@@ -160,55 +192,68 @@ pub(crate) struct Thread {
     pub counters_errno: AtomicU64,
     /// Order in which a kept thread ended.
     ended: AtomicU64,
-    _public: AtomicU64,
+    nodes_used: AtomicU64,
+    trace_head: AtomicU64,
+    trace_gen: AtomicU64,
+    _public: [AtomicU64; 2],
     // Private words: the runtime's own, in bytes from the slot or addresses in this process.
     nfuncs: AtomicU64,
-    edge_mask: AtomicU64,
-    stats_at: AtomicU64,
-    edges_at: AtomicU64,
+    nodes_max: AtomicU64,
+    index_mask: AtomicU64,
     stack_at: AtomicU64,
+    nodes_at: AtomicU64,
+    index_at: AtomicU64,
+    ring_at: AtomicU64,
+    ring_mask: AtomicU64,
+    record_words: AtomicU64,
     /// The counters reader's XSAVE area, 64-byte aligned, or 0.
     pub xsave: AtomicU64,
     /// The counters reader's per-thread state (a pointer it owns), 0 until its first read.
     pub counters: AtomicU64,
-    _private: [AtomicU64; 9],
+    _private: [AtomicU64; 1],
 }
 
 const _: () = {
+    use core::mem::offset_of;
     assert!(size_of::<Thread>() == layout::SLOT_HEADER_WORDS as usize * 8);
-    assert!(core::mem::offset_of!(Thread, seq) == slot::SEQ * 8);
-    assert!(core::mem::offset_of!(Thread, state) == slot::STATE * 8);
-    assert!(core::mem::offset_of!(Thread, tid) == slot::TID * 8);
-    assert!(core::mem::offset_of!(Thread, process) == slot::PROC * 8);
-    assert!(core::mem::offset_of!(Thread, depth) == slot::DEPTH * 8);
-    assert!(core::mem::offset_of!(Thread, reentered) == slot::REENTERED * 8);
-    assert!(core::mem::offset_of!(Thread, untimed) == slot::UNTIMED * 8);
-    assert!(core::mem::offset_of!(Thread, edge_overflow) == slot::EDGE_OVERFLOW * 8);
-    assert!(core::mem::offset_of!(Thread, cnow) == slot::CNOW * 8);
-    assert!(core::mem::offset_of!(Thread, nevents) == slot::NEVENTS * 8);
-    assert!(core::mem::offset_of!(Thread, counters_errno) == slot::COUNTERS_ERRNO * 8);
-    assert!(core::mem::offset_of!(Thread, ended) == slot::ENDED * 8);
-    assert!(core::mem::offset_of!(Thread, nfuncs) == slot::PRIVATE * 8);
-    assert!(size_of::<Stats>() == layout::STAT_WORDS as usize * 8);
-    assert!(core::mem::offset_of!(Stats, calls) == stat::CALLS * 8);
-    assert!(core::mem::offset_of!(Stats, exits) == stat::EXITS * 8);
-    assert!(core::mem::offset_of!(Stats, unwound) == stat::UNWOUND * 8);
-    assert!(core::mem::offset_of!(Stats, incl) == stat::INCL * 8);
-    assert!(core::mem::offset_of!(Stats, excl) == stat::EXCL * 8);
-    assert!(core::mem::offset_of!(Stats, min) == stat::MIN * 8);
-    assert!(core::mem::offset_of!(Stats, max) == stat::MAX * 8);
-    assert!(core::mem::offset_of!(Stats, active) == stat::ACTIVE * 8);
-    assert!(core::mem::offset_of!(Stats, cincl) == stat::CINCL * 8);
-    assert!(core::mem::offset_of!(Stats, cexcl) == stat::CEXCL * 8);
-    assert!(size_of::<Edge>() == layout::EDGE_WORDS as usize * 8);
+    assert!(offset_of!(Thread, seq) == slot::SEQ * 8);
+    assert!(offset_of!(Thread, state) == slot::STATE * 8);
+    assert!(offset_of!(Thread, tid) == slot::TID * 8);
+    assert!(offset_of!(Thread, process) == slot::PROC * 8);
+    assert!(offset_of!(Thread, depth) == slot::DEPTH * 8);
+    assert!(offset_of!(Thread, reentered) == slot::REENTERED * 8);
+    assert!(offset_of!(Thread, untimed) == slot::UNTIMED * 8);
+    assert!(offset_of!(Thread, node_overflow) == slot::NODE_OVERFLOW * 8);
+    assert!(offset_of!(Thread, cnow) == slot::CNOW * 8);
+    assert!(offset_of!(Thread, nevents) == slot::NEVENTS * 8);
+    assert!(offset_of!(Thread, counters_errno) == slot::COUNTERS_ERRNO * 8);
+    assert!(offset_of!(Thread, ended) == slot::ENDED * 8);
+    assert!(offset_of!(Thread, nodes_used) == slot::NODES_USED * 8);
+    assert!(offset_of!(Thread, trace_head) == slot::TRACE_HEAD * 8);
+    assert!(offset_of!(Thread, trace_gen) == slot::TRACE_GEN * 8);
+    assert!(offset_of!(Thread, nfuncs) == slot::PRIVATE * 8);
+    assert!(size_of::<Node>() == layout::NODE_WORDS as usize * 8);
+    assert!(offset_of!(Node, link) == node::LINK * 8);
+    assert!(offset_of!(Node, cache) == node::CACHE * 8);
+    assert!(offset_of!(Node, calls) == node::CALLS * 8);
+    assert!(offset_of!(Node, unwound) == node::UNWOUND * 8);
+    assert!(offset_of!(Node, incl) == node::INCL * 8);
+    assert!(offset_of!(Node, excl) == node::EXCL * 8);
+    assert!(offset_of!(Node, min) == node::MIN * 8);
+    assert!(offset_of!(Node, max) == node::MAX * 8);
+    assert!(offset_of!(Node, cincl) == node::CINCL * 8);
+    assert!(offset_of!(Node, cexcl) == node::CEXCL * 8);
+    assert!(size_of::<IndexEntry>() == layout::INDEX_WORDS as usize * 8);
+    assert!(offset_of!(IndexEntry, key) == layout::INDEX_KEY * 8);
     assert!(size_of::<Entry>() == layout::ENTRY_WORDS as usize * 8);
-    assert!(core::mem::offset_of!(Entry, slot) == entry::SLOT * 8);
-    assert!(core::mem::offset_of!(Entry, ret) == entry::RET * 8);
-    assert!(core::mem::offset_of!(Entry, start) == entry::START * 8);
-    assert!(core::mem::offset_of!(Entry, child) == entry::CHILD * 8);
-    assert!(core::mem::offset_of!(Entry, fid) == entry::FID * 8);
-    assert!(core::mem::offset_of!(Entry, cstart) == entry::CSTART * 8);
-    assert!(core::mem::offset_of!(Entry, cchild) == entry::CCHILD * 8);
+    assert!(offset_of!(Entry, slot) == entry::SLOT * 8);
+    assert!(offset_of!(Entry, ret) == entry::RET * 8);
+    assert!(offset_of!(Entry, start) == entry::START * 8);
+    assert!(offset_of!(Entry, child) == entry::CHILD * 8);
+    assert!(offset_of!(Entry, fid) == entry::FID * 8);
+    assert!(offset_of!(Entry, node) == entry::NODE * 8);
+    assert!(offset_of!(Entry, cstart) == entry::CSTART * 8);
+    assert!(offset_of!(Entry, cchild) == entry::CCHILD * 8);
 };
 
 /// The current session: TLS words of another epoch are stale. 0 until the
@@ -221,42 +266,85 @@ pub(crate) static BASE: AtomicUsize = AtomicUsize::new(0);
 pub(crate) static PROCESS: AtomicU64 = AtomicU64::new(0);
 /// Ended threads keep their slots (up to half of them) instead of folding at once.
 pub(crate) static PER_THREAD: AtomicBool = AtomicBool::new(false);
+/// Whether closed calls are written to the trace rings.
+pub(crate) static TRACING: AtomicBool = AtomicBool::new(false);
 /// A slot state private to the runtime: being folded by another thread.
 const FOLDING: u64 = 3;
 
 /// The session's geometry as plain words, written at set-up before [`BASE`]
-/// is published: what registration needs, without the (vector-copied,
-/// GOT-called) [`Geometry`] on a path the hooks reach.
+/// is published: what registration and the hooks need, without the
+/// (vector-copied, GOT-called) [`Geometry`] on a path the hooks reach.
 pub(crate) struct Flat {
     pub funcs: AtomicU64,
-    pub edges: AtomicU64,
+    pub nodes: AtomicU64,
+    pub index: AtomicU64,
     pub slots: AtomicU64,
     pub slots_at: AtomicU64,
     pub slot_words: AtomicU64,
     pub procs: AtomicU64,
     pub proc_words: AtomicU64,
+    pub proc_nodes: AtomicU64,
+    pub proc_index: AtomicU64,
+    pub stack_at: AtomicU64,
+    pub nodes_at: AtomicU64,
+    pub index_at: AtomicU64,
+    pub ring_at: AtomicU64,
+    pub ring: AtomicU64,
+    pub record_words: AtomicU64,
+    /// Trace filters: calls shorter than this many ticks are not traced …
+    pub trace_min: AtomicU64,
+    /// … nor calls this deep or deeper …
+    pub trace_depth: AtomicU64,
+    /// … nor functions with ids from this one on.
+    pub trace_funcs: AtomicU64,
 }
 
 pub(crate) static FLAT: Flat = Flat {
     funcs: AtomicU64::new(0),
-    edges: AtomicU64::new(0),
+    nodes: AtomicU64::new(0),
+    index: AtomicU64::new(0),
     slots: AtomicU64::new(0),
     slots_at: AtomicU64::new(0),
     slot_words: AtomicU64::new(0),
     procs: AtomicU64::new(0),
     proc_words: AtomicU64::new(0),
+    proc_nodes: AtomicU64::new(0),
+    proc_index: AtomicU64::new(0),
+    stack_at: AtomicU64::new(0),
+    nodes_at: AtomicU64::new(0),
+    index_at: AtomicU64::new(0),
+    ring_at: AtomicU64::new(0),
+    ring: AtomicU64::new(0),
+    record_words: AtomicU64::new(0),
+    trace_min: AtomicU64::new(0),
+    trace_depth: AtomicU64::new(0),
+    trace_funcs: AtomicU64::new(0),
 };
 
 impl Flat {
-    /// Records `g` (set-up, before publishing the segment).
-    pub(crate) fn set(&self, g: &Geometry) {
-        self.funcs.set(g.funcs);
-        self.edges.set(g.edges);
-        self.slots.set(g.slots);
+    /// Records `g` and the trace filters (set-up, before publishing the segment).
+    pub(crate) fn set(&self, g: &Geometry, trace_min: u64, trace_depth: u64, trace_funcs: u64) {
+        let s = g.shape;
+        self.funcs.set(s.funcs);
+        self.nodes.set(s.nodes);
+        self.index.set(g.index);
+        self.slots.set(s.slots);
         self.slots_at.set(g.slot_at(0));
         self.slot_words.set(g.slot_words);
-        self.procs.set(g.procs);
+        self.procs.set(s.procs);
         self.proc_words.set(g.proc_words);
+        self.proc_nodes.set(s.proc_nodes);
+        self.proc_index.set(g.proc_index);
+        self.stack_at.set(g.slot_stack());
+        self.nodes_at.set(g.slot_nodes());
+        self.index_at.set(g.slot_index());
+        self.ring_at.set(g.slot_ring());
+        self.ring.set(s.ring);
+        self.record_words.set(s.record_words);
+        self.trace_min.set(trace_min);
+        self.trace_depth.set(trace_depth);
+        self.trace_funcs.set(trace_funcs);
+        TRACING.store(s.ring > 0, Ordering::Relaxed);
     }
 }
 
@@ -265,6 +353,95 @@ impl Flat {
 fn word_at(base: usize, i: u64) -> &'static AtomicU64 {
     // SAFETY: callers pass positions inside the session's mapping at `base` (from FLAT).
     unsafe { &*((base + i as usize * 8) as *const AtomicU64) }
+}
+
+/// The position of `key` in an index of `mask + 1` entries, before probing.
+#[inline(always)]
+fn hash(key: u64) -> u64 {
+    key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32
+}
+
+/// A call-path tree and its index, wherever they lie (a slot or a process
+/// record): node and entry positions are masked or bounded by its numbers.
+struct Tree<'a> {
+    nodes: usize,
+    index: usize,
+    mask: u64,
+    max: u64,
+    used: &'a AtomicU64,
+}
+
+// Inlined into the hooks' out-of-line helpers: a plain Rust call from them
+// would go through the GOT, out of the runtime's own code.
+impl<'a> Tree<'a> {
+    #[inline(always)]
+    fn node(&self, i: u64) -> &'a Node {
+        debug_assert!(i < self.max);
+        // SAFETY: callers pass i < max (nodes in use, or one being appended
+        // under that bound); the tree lies in the mapping.
+        unsafe { &*(self.nodes as *const Node).add(i as usize) }
+    }
+
+    #[inline(always)]
+    fn entry(&self, i: u64) -> &'a IndexEntry {
+        // SAFETY: the position is masked to the index, which lies in the mapping.
+        unsafe { &*(self.index as *const IndexEntry).add((i & self.mask) as usize) }
+    }
+
+    /// The child of `parent` for function `fid`, appended when the path is
+    /// new; [`NO_NODE`] when the tree or the index has no place for it.
+    #[inline(always)]
+    fn child(&self, parent: u64, fid: u64) -> u64 {
+        let key = ((parent + 1) << 32) | fid;
+        let h = hash(key);
+        for i in 0..INDEX_PROBES {
+            let e = self.entry(h + i);
+            let k = e.key.get();
+            if k == key {
+                return e.node.get();
+            }
+            if k == 0 {
+                let n = self.used.get();
+                if n >= self.max {
+                    return NO_NODE;
+                }
+                let node = self.node(n);
+                node.link.set((parent << 32) | fid);
+                node.min.set(u64::MAX);
+                self.used.set(n + 1);
+                e.node.set(n);
+                e.key.set(key);
+                return n;
+            }
+        }
+        NO_NODE
+    }
+
+    /// Empties the tree (every node but the root zeroed, the index emptied)
+    /// in time proportional to the nodes in use: their index entries are
+    /// removed newest first, which undoes linear probing's insertions exactly.
+    fn clear(&self) {
+        let used = self.used.get().min(self.max);
+        for n in (1..used).rev() {
+            let node = self.node(n);
+            let link = node.link.get();
+            let key = (((link >> 32) + 1) << 32) | (link & 0xffff_ffff);
+            let h = hash(key);
+            for i in 0..INDEX_PROBES {
+                let e = self.entry(h + i);
+                if e.key.get() == key {
+                    e.key.set(0);
+                    e.node.set(0);
+                    break;
+                }
+            }
+            for w in node.words() {
+                w.set(0);
+            }
+        }
+        self.node(0).cache.set(0);
+        self.used.set(1);
+    }
 }
 
 /// Claims a free slot of the segment at `base` for thread `tid` of record `p`.
@@ -302,7 +479,7 @@ impl Seg {
         // before BASE was published (Release in set-up).
         let w = unsafe { &*(base as *const [AtomicU64; layout::HEADER_WORDS as usize]) };
         let n = |i: usize| w[i].load(Ordering::Relaxed);
-        let g = Geometry::new(n(hdr::FUNCS), n(hdr::EDGES), n(hdr::DEPTH), n(hdr::SLOTS), n(hdr::PROCS))?;
+        let g = Geometry::new(Shape::from_header(n))?;
         Some(Seg { base, g })
     }
 
@@ -325,7 +502,7 @@ impl Seg {
         loop {
             let mut kept = 0;
             let mut oldest: Option<(u64, &'static Thread)> = None;
-            for i in 0..self.g.slots {
+            for i in 0..self.g.shape.slots {
                 let at = self.g.slot_at(i);
                 // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
                 let t = unsafe { &*(self.word(at) as *const AtomicU64 as *const Thread) };
@@ -337,7 +514,7 @@ impl Seg {
                     }
                 }
             }
-            let Some((_, t)) = oldest.filter(|_| kept > self.g.slots / 2) else { return };
+            let Some((_, t)) = oldest.filter(|_| kept > self.g.shape.slots / 2) else { return };
             if t.state.compare_exchange(slot::KEPT, FOLDING, Ordering::Acquire, Ordering::Relaxed).is_ok() {
                 t.fold(self);
                 t.state.store(slot::FREE, Ordering::Release);
@@ -349,16 +526,22 @@ impl Seg {
         self.word(self.g.proc_at(p) + w as u64)
     }
 
-    fn proc_stats(&self, p: u64, fid: u64) -> &'static Stats {
-        let at = self.g.proc_at(p) + self.g.proc_stats() + fid * layout::STAT_WORDS;
-        // SAFETY: fid < funcs, so the row lies inside the record.
-        unsafe { &*(self.word(at) as *const AtomicU64 as *const Stats) }
+    /// Process record `p`'s tree.
+    fn proc_tree(&self, p: u64) -> Tree<'static> {
+        let at = self.g.proc_at(p);
+        Tree {
+            nodes: self.word(at + self.g.proc_nodes()) as *const AtomicU64 as usize,
+            index: self.word(at + self.g.proc_index()) as *const AtomicU64 as usize,
+            mask: self.g.proc_index - 1,
+            max: self.g.shape.proc_nodes,
+            used: self.proc_word(p, proc::NODES_USED),
+        }
     }
 
-    fn proc_edge(&self, p: u64, i: u64) -> &'static Edge {
-        let at = self.g.proc_at(p) + self.g.proc_edges() + (i & (self.g.edges - 1)) * layout::EDGE_WORDS;
-        // SAFETY: the index is masked to the table.
-        unsafe { &*(self.word(at) as *const AtomicU64 as *const Edge) }
+    /// Makes record `p` a fresh process' (set-up, a forked child): an empty tree.
+    pub(crate) fn init_proc(&self, p: u64) {
+        self.proc_tree(p).node(0).link.set(ROOT_LINK);
+        self.proc_word(p, proc::NODES_USED).set(1);
     }
 }
 
@@ -446,7 +629,7 @@ pub(crate) extern "C" fn register_thread_exit() {
 
 /// Runs when a thread other than the main one ends (return from its start
 /// routine, `pthread_exit`): frames still open are closed as unwound, the
-/// figures folded into the process' exited-thread totals, the slot freed.
+/// figures folded into the process' tree, the slot freed.
 unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
     let epoch = arg as usize as u64;
     let (p, e) = sys::tls_get();
@@ -469,25 +652,27 @@ unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
 }
 
 impl Thread {
-    /// Prepares a freshly claimed slot (zero tables, as folding left them).
+    /// Prepares a freshly claimed slot (its tree empty, as folding left it).
     fn init(&self, p: u64, tid: u64) {
-        let (funcs, edges) = (FLAT.funcs.get(), FLAT.edges.get());
-        let stats = layout::SLOT_HEADER_WORDS;
-        let edges_at = stats + funcs * layout::STAT_WORDS;
-        let stack_at = edges_at + edges * layout::EDGE_WORDS;
         self.tid.set(tid);
         self.process.set(p);
         self.depth.set(0);
         self.reentered.set(0);
         self.untimed.set(0);
-        self.edge_overflow.set(0);
+        self.node_overflow.set(0);
         self.counters_errno.set(0);
         self.ended.set(0);
-        self.nfuncs.set(funcs);
-        self.edge_mask.set(edges - 1);
-        self.stats_at.set(stats * 8);
-        self.edges_at.set(edges_at * 8);
-        self.stack_at.set(stack_at * 8);
+        self.nfuncs.set(FLAT.funcs.get());
+        self.nodes_max.set(FLAT.nodes.get());
+        self.index_mask.set(FLAT.index.get() - 1);
+        self.stack_at.set(FLAT.stack_at.get() * 8);
+        self.nodes_at.set(FLAT.nodes_at.get() * 8);
+        self.index_at.set(FLAT.index_at.get() * 8);
+        self.ring_at.set(FLAT.ring_at.get() * 8);
+        self.ring_mask.set(FLAT.ring.get().wrapping_sub(1));
+        self.record_words.set(FLAT.record_words.get());
+        self.tree().node(0).link.set(ROOT_LINK);
+        self.nodes_used.set(1);
         let nevents = crate::counters::NEVENTS.load(Ordering::Acquire) as u64;
         let xsave = if nevents > 0 { crate::counters::xsave_area() } else { None };
         match xsave {
@@ -501,11 +686,69 @@ impl Thread {
             }
         }
         self.counters.set(0);
+        self.trace_gen.add(1);
+        if TRACING.load(Ordering::Relaxed) {
+            let pid = u64::from(sys::getpid());
+            let info = (record::THREAD << 48) | (self.trace_gen.get() << 50);
+            self.write_record(sys::rdtsc(), (pid << 32) | (tid & 0xffff_ffff), info, None);
+        }
     }
 
-    /// Closes the thread's open frames as unwound, then folds its figures
-    /// into its process record and frees the slot, or (per-thread mode)
-    /// keeps the slot and folds the oldest kept one beyond the bound.
+    /// This slot's tree.
+    #[inline(always)]
+    fn tree(&self) -> Tree<'_> {
+        let at = self as *const Thread as usize;
+        Tree {
+            nodes: at + self.nodes_at.get() as usize,
+            index: at + self.index_at.get() as usize,
+            mask: self.index_mask.get(),
+            max: self.nodes_max.get(),
+            used: &self.nodes_used,
+        }
+    }
+
+    /// Element `i` of the table of `T`s at byte offset `at` from the slot.
+    #[inline(always)]
+    fn table<T>(&self, at: &AtomicU64, i: u64) -> &T {
+        // SAFETY: callers pass one of the slot's private table offsets (set
+        // from the geometry) and an index within that table's bound.
+        unsafe { &*((self as *const Thread as *const u8).add(at.get() as usize) as *const T).add(i as usize) }
+    }
+
+    /// Node `i` of this slot's tree (i < nodes_used <= nodes_max).
+    #[inline(always)]
+    fn node(&self, i: u64) -> &Node {
+        self.table(&self.nodes_at, i)
+    }
+
+    /// Appends a trace record: its three words and, with `counters`, the
+    /// counter values at entry (from the entry) and now, as many as a record holds.
+    #[inline(always)]
+    fn write_record(&self, start: u64, end: u64, info: u64, counters: Option<(&Entry, usize)>) {
+        let h = self.trace_head.get();
+        let rw = self.record_words.get();
+        let at = self.ring_at.get() + (h & self.ring_mask.get()) * rw * 8;
+        // SAFETY: the position is masked to the ring, which lies in the slot.
+        let r = unsafe { (self as *const Thread as *const u8).add(at as usize) as *const AtomicU64 };
+        // SAFETY: words 0..rw of the record (rw is the geometry's record size).
+        let w = |i: u64| unsafe { &*r.add(i as usize) };
+        w(record::START as u64).set(start);
+        w(record::END as u64).set(end);
+        w(record::INFO as u64).set(info);
+        if let Some((e, nev)) = counters {
+            let n = (nev as u64).min(rw.saturating_sub(3) / 2);
+            for (i, (s, c)) in e.cstart.iter().zip(&self.cnow).take(n as usize).enumerate() {
+                w(record::COUNTERS as u64 + i as u64).set(s.get());
+                w(record::COUNTERS as u64 + n + i as u64).set(c.get());
+            }
+        }
+        // ATOMICS: publishes the record (layout docs: the drainer's Acquire load pairs with it).
+        self.trace_head.store(h.wrapping_add(1), Ordering::Release);
+    }
+
+    /// Closes the thread's open frames as unwound, then folds its tree into
+    /// its process record and frees the slot, or (per-thread mode) keeps
+    /// the slot and folds the oldest kept one beyond the bound.
     fn retire(&'static self, seg: &Seg) {
         let Some(g) = self.enter() else { return };
         let now = crate::hooks::now();
@@ -524,10 +767,10 @@ impl Thread {
         seg.fold_oldest_kept();
     }
 
-    /// Folds the figures into the process record (under its lock) and zeroes them.
+    /// Folds the tree into the process record's (under its lock) and empties it.
     fn fold(&self, seg: &Seg) {
         let p = self.process.get();
-        if p >= seg.g.procs {
+        if p >= seg.g.shape.procs {
             return;
         }
         let mine = &self.seq;
@@ -543,76 +786,34 @@ impl Thread {
         seg.proc_word(p, proc::EXITED_THREADS).add(1);
         seg.proc_word(p, proc::REENTERED).add(self.reentered.get());
         seg.proc_word(p, proc::UNTIMED).add(self.untimed.get());
-        seg.proc_word(p, proc::EDGE_OVERFLOW).add(self.edge_overflow.get());
+        seg.proc_word(p, proc::NODE_OVERFLOW).add(self.node_overflow.get());
         seq.store(seq.get().wrapping_add(1), Ordering::Release);
         lock.store(0, Ordering::Release);
         mine.store(mine.get().wrapping_add(1), Ordering::Release);
     }
 
-    /// Adds every row and pair into record `p` and zeroes them here.
+    /// Adds every node into the same path of record `p`'s tree, then empties
+    /// this tree. Parents come first, so each node's parent is already
+    /// placed; its place is kept in the node's cache word meanwhile.
     fn fold_into(&self, seg: &Seg, p: u64) {
-        for fid in 0..self.nfuncs.get().min(seg.g.funcs) {
-            let s = self.stats(fid);
-            let calls = s.calls.get();
-            if calls == 0 {
-                continue;
-            }
-            let d = seg.proc_stats(p, fid);
-            let closed_before = d.exits.get() + d.unwound.get();
-            let closed = s.exits.get() + s.unwound.get();
-            if closed > 0 {
-                if closed_before == 0 || s.min.get() < d.min.get() {
-                    d.min.set(s.min.get());
-                }
-                d.max.set(d.max.get().max(s.max.get()));
-            }
-            for (a, b) in [
-                (&d.calls, &s.calls),
-                (&d.exits, &s.exits),
-                (&d.unwound, &s.unwound),
-                (&d.incl, &s.incl),
-                (&d.excl, &s.excl),
-            ] {
-                a.add(b.get());
-            }
-            for i in 0..MAX_EVENTS {
-                d.cincl[i].add(s.cincl[i].get());
-                d.cexcl[i].add(s.cexcl[i].get());
-            }
-            for w in [&s.calls, &s.exits, &s.unwound, &s.incl, &s.excl, &s.min, &s.max, &s.active] {
-                w.set(0);
-            }
-            for i in 0..MAX_EVENTS {
-                s.cincl[i].set(0);
-                s.cexcl[i].set(0);
+        let mine = self.tree();
+        let theirs = seg.proc_tree(p);
+        let used = mine.used.get().min(mine.max);
+        mine.node(0).cache.set(0);
+        for i in 1..used {
+            let n = mine.node(i);
+            let link = n.link.get();
+            let (parent, fid) = (link >> 32, link & 0xffff_ffff);
+            let at = if parent < i { mine.node(parent).cache.get() } else { NO_NODE };
+            let to = if at == NO_NODE { NO_NODE } else { theirs.child(at, fid) };
+            n.cache.set(to);
+            if to == NO_NODE {
+                seg.proc_word(p, proc::NODE_OVERFLOW).add(n.calls.get());
+            } else {
+                theirs.node(to).merge(n);
             }
         }
-        for i in 0..=self.edge_mask.get() {
-            let e = self.edge(i);
-            let key = e.key.get();
-            if key == 0 {
-                continue;
-            }
-            let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-            let mut placed = false;
-            for j in 0..EDGE_PROBES {
-                let d = seg.proc_edge(p, h + j);
-                let k = d.key.get();
-                if k == key || k == 0 {
-                    d.key.set(key);
-                    d.calls.add(e.calls.get());
-                    d.incl.add(e.incl.get());
-                    placed = true;
-                    break;
-                }
-            }
-            if !placed {
-                seg.proc_word(p, proc::EDGE_OVERFLOW).add(1);
-            }
-            e.key.set(0);
-            e.calls.set(0);
-            e.incl.set(0);
-        }
+        mine.clear();
     }
 
     /// Claims the tables for a hook; `None` if a hook of this thread is already
@@ -630,33 +831,10 @@ impl Thread {
         Some(Guard(self))
     }
 
-    /// A statistics row.
-    #[inline(always)]
-    pub(crate) fn stats(&self, fid: u64) -> &Stats {
-        // SAFETY: callers check fid < nfuncs; rows follow the header in the slot.
-        unsafe {
-            &*((self as *const Thread as *const u8).add(self.stats_at.get() as usize) as *const Stats)
-                .add(fid as usize)
-        }
-    }
-
-    /// A caller → callee slot.
-    #[inline(always)]
-    pub(crate) fn edge(&self, i: u64) -> &Edge {
-        // SAFETY: the index is masked to the table, which lies in the slot.
-        unsafe {
-            &*((self as *const Thread as *const u8).add(self.edges_at.get() as usize) as *const Edge)
-                .add((i & self.edge_mask.get()) as usize)
-        }
-    }
-
+    /// Shadow-stack entry `i` (i < depth <= DEPTH).
     #[inline(always)]
     fn entry(&self, i: u64) -> &Entry {
-        // SAFETY: callers pass i < depth <= DEPTH; the stack lies in the slot.
-        unsafe {
-            &*((self as *const Thread as *const u8).add(self.stack_at.get() as usize) as *const Entry)
-                .add(i as usize)
-        }
+        self.table(&self.stack_at, i)
     }
 }
 
@@ -688,41 +866,63 @@ impl Guard {
     }
 
     /// Records an activation; `false` when its return cannot be tracked (the
-    /// call is still counted when the shadow stack is full).
+    /// call is then only counted, per thread).
     #[inline(always)]
     pub(crate) fn push(&self, fid: u32, slot: u64, ret: u64, now: u64, nev: usize) -> bool {
         let t = self.0;
         let fid = u64::from(fid);
         let d = t.depth.get();
         if d >= DEPTH || fid >= t.nfuncs.get() {
-            self.untracked(fid);
+            self.untracked();
             return false;
         }
+        let parent = if d > 0 { t.entry(d - 1).node.get() } else { 0 };
+        let node = if parent == NO_NODE {
+            // Called from a call left out of the tree: left out too, and counted.
+            t.node_overflow.add(1);
+            NO_NODE
+        } else {
+            let c = t.node(parent).cache.get();
+            if c >> 32 == fid + 1 { c & 0xffff_ffff } else { self.child(parent, fid) }
+        };
         let e = t.entry(d);
         e.slot.set(slot);
         e.ret.set(ret);
         e.start.set(now);
         e.child.set(0);
         e.fid.set(fid);
+        e.node.set(node);
         for i in 0..nev.min(MAX_EVENTS) {
             e.cstart[i].set(t.cnow[i].get());
             e.cchild[i].set(0);
         }
         t.depth.set(d + 1);
-        let s = t.stats(fid);
-        s.calls.add(1);
-        s.active.add(1);
+        if node != NO_NODE {
+            t.node(node).calls.add(1);
+        }
         true
+    }
+
+    /// The node of a call of `fid` under `parent` when the parent's cache
+    /// holds another function: the index, or a new node; the cache then
+    /// holds this one.
+    #[cold]
+    #[inline(never)]
+    extern "C" fn child(&self, parent: u64, fid: u64) -> u64 {
+        let t = self.0;
+        let n = t.tree().child(parent, fid);
+        if n == NO_NODE {
+            t.node_overflow.add(1);
+        } else {
+            t.node(parent).cache.set(((fid + 1) << 32) | n);
+        }
+        n
     }
 
     #[cold]
     #[inline(never)]
-    extern "C" fn untracked(&self, fid: u64) {
-        let t = self.0;
-        t.untimed.add(1);
-        if fid < t.nfuncs.get() {
-            t.stats(fid).calls.add(1);
-        }
+    extern "C" fn untracked(&self) {
+        self.0.untimed.add(1);
     }
 
     /// Closes every activation whose return slot lies below `slot` (frames
@@ -802,64 +1002,53 @@ impl Guard {
             // Begun before a fork, in the parent: only its return matters here.
             return e.ret.get();
         }
-        let dur = now.saturating_sub(e.start.get());
-        let excl = dur.saturating_sub(e.child.get());
-        let s = t.stats(fid);
-        let n = s.exits.get() + s.unwound.get();
-        if unwound {
-            s.unwound.add(1)
-        } else {
-            s.exits.add(1)
-        }
-        let active = s.active.get().saturating_sub(1);
-        s.active.set(active);
-        if active == 0 {
-            s.incl.add(dur);
-        }
-        s.excl.add(excl);
-        if n == 0 || dur < s.min.get() {
-            s.min.set(dur);
-        }
-        if dur > s.max.get() {
-            s.max.set(dur);
-        }
-        let outer = active == 0;
-        let parent = (d > 0).then(|| t.entry(d - 1));
-        for i in 0..nev.min(MAX_EVENTS) {
-            let delta = t.cnow[i].get().saturating_sub(e.cstart[i].get());
-            if outer {
-                s.cincl[i].add(delta);
+        let start = e.start.get();
+        let dur = now.saturating_sub(start);
+        let n = e.node.get();
+        if n != NO_NODE {
+            let node = t.node(n);
+            if unwound {
+                node.unwound.add(1);
             }
-            s.cexcl[i].add(delta.saturating_sub(e.cchild[i].get()));
+            node.incl.add(dur);
+            node.excl.add(dur.saturating_sub(e.child.get()));
+            if dur < node.min.get() {
+                node.min.set(dur);
+            }
+            if dur > node.max.get() {
+                node.max.set(dur);
+            }
+            let parent = (d > 0).then(|| t.entry(d - 1));
+            for i in 0..nev.min(MAX_EVENTS) {
+                let delta = t.cnow[i].get().saturating_sub(e.cstart[i].get());
+                node.cincl[i].add(delta);
+                node.cexcl[i].add(delta.saturating_sub(e.cchild[i].get()));
+                if let Some(p) = parent {
+                    p.cchild[i].add(delta);
+                }
+            }
+            // A call left out of the tree stays in its caller's exclusive time.
             if let Some(p) = parent {
-                p.cchild[i].add(delta);
+                p.child.add(dur);
             }
         }
-        if let Some(parent) = parent {
-            parent.child.add(dur);
-            let caller = parent.fid.get();
-            if caller < t.nfuncs.get() {
-                self.add_edge(caller, fid, dur);
-            }
+        if TRACING.load(Ordering::Relaxed)
+            && fid < FLAT.trace_funcs.get()
+            && d < FLAT.trace_depth.get()
+            && dur >= FLAT.trace_min.get()
+        {
+            self.trace(e, fid, d, now, nev, unwound);
         }
         e.ret.get()
     }
 
-    #[inline(always)]
-    fn add_edge(&self, caller: u64, callee: u64, dur: u64) {
-        let key = ((caller + 1) << 32) | callee;
-        let h = key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32;
-        for i in 0..EDGE_PROBES {
-            let e = self.0.edge(h + i);
-            let k = e.key.get();
-            if k == key || k == 0 {
-                e.key.set(key);
-                e.calls.add(1);
-                e.incl.add(dur);
-                return;
-            }
-        }
-        self.0.edge_overflow.add(1);
+    /// Writes the trace record of the activation `e` closing at `now`.
+    #[inline(never)]
+    extern "C" fn trace(&self, e: &Entry, fid: u64, depth: u64, now: u64, nev: usize, unwound: bool) {
+        let t = self.0;
+        let kind = if unwound { record::UNWOUND } else { record::RETURNED };
+        let info = (t.trace_gen.get() << 50) | (kind << 48) | (depth.min(0xffff) << 32) | fid;
+        t.write_record(e.start.get(), now, info, Some((e, nev)));
     }
 }
 
@@ -898,7 +1087,7 @@ pub(crate) extern "C" fn after_fork_child() {
     let parent_rec = PROCESS.load(Ordering::Relaxed);
     let rec = seg.word(hdr::NEXT_PROC as u64).fetch_add(1, Ordering::AcqRel);
     let frames = FORK_STACK.with_borrow_mut(std::mem::take);
-    if rec >= seg.g.procs {
+    if rec >= seg.g.shape.procs {
         seg.word(hdr::PROC_MISSES as u64).fetch_add(1, Ordering::Relaxed);
         PROCESS.store(u64::MAX, Ordering::Relaxed);
         if e == epoch && p != 0 && !frames.is_empty() {
@@ -909,9 +1098,11 @@ pub(crate) extern "C" fn after_fork_child() {
         }
         return;
     }
-    let parent_pid = if parent_rec < seg.g.procs { seg.proc_word(parent_rec, proc::PID).get() } else { 0 };
+    let parent_pid =
+        if parent_rec < seg.g.shape.procs { seg.proc_word(parent_rec, proc::PID).get() } else { 0 };
     seg.proc_word(rec, proc::PID).set(u64::from(std::process::id()));
     seg.proc_word(rec, proc::PARENT).set(parent_pid);
+    seg.init_proc(rec);
     seg.proc_word(rec, proc::STATE).store(1, Ordering::Release);
     PROCESS.store(rec, Ordering::Relaxed);
     sys::tls_set(0, epoch);
@@ -929,13 +1120,18 @@ pub(crate) extern "C" fn after_fork_child() {
     }
 }
 
-/// A slot in private memory for a thread that must keep its frames but has no place in the segment.
+/// A slot in private memory for a thread that must keep its frames but has
+/// no place in the segment: its shadow stack and a tree of its own (a
+/// private slot's figures are never reported), no trace ring.
 fn private_slot(seg: &Seg, frames: &[[u64; 2]], epoch: u64) {
-    let Some(base) = sys::mmap_zeroed(seg.g.slot_words as usize * 8) else {
+    let Some(base) =
+        sys::mmap_zeroed((seg.g.slot_words - seg.g.shape.ring * seg.g.shape.record_words) as usize * 8)
+    else {
         sys::die(b"papirus-probe-runtime: no memory for a forked child's return addresses\n")
     };
-    // SAFETY: a fresh zeroed mapping of a slot's size; zero is valid for every word.
+    // SAFETY: a fresh zeroed mapping of a slot's size less its ring; zero is valid for every word.
     let t = unsafe { &*(base as *const Thread) };
+    TRACING.store(false, Ordering::Relaxed);
     t.init(u64::MAX, u64::from(sys::gettid()));
     t.adopt(frames);
     sys::tls_set(t as *const Thread as usize, epoch);
@@ -948,8 +1144,10 @@ impl Thread {
             let e = self.entry(i as u64);
             e.slot.set(*s);
             e.ret.set(*r);
-            // Frames begun in the parent are not timed or counted in the child.
+            // Frames begun in the parent are not timed or counted in the
+            // child; what they call starts the child's own paths.
             e.fid.set(u64::MAX);
+            e.node.set(0);
         }
         self.depth.set(frames.len() as u64);
     }

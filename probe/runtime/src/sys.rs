@@ -94,6 +94,7 @@ fn syscall6(nr: u64, a: [u64; 6]) -> i64 {
 const SYS_WRITE: u64 = 1;
 const SYS_MMAP: u64 = 9;
 const SYS_MUNMAP: u64 = 11;
+const SYS_GETPID: u64 = 39;
 const SYS_GETTID: u64 = 186;
 
 /// Anonymous, zero-filled, private read-write memory; `None` when the kernel refuses.
@@ -107,6 +108,11 @@ pub(crate) fn mmap_zeroed(len: usize) -> Option<*mut u8> {
 /// Returns a mapping from [`mmap_zeroed`] to the kernel.
 pub(crate) fn munmap(addr: *mut u8, len: usize) {
     syscall6(SYS_MUNMAP, [addr as u64, len as u64, 0, 0, 0, 0]);
+}
+
+/// The calling process' id (no libc: reached from the hooks).
+pub(crate) fn getpid() -> u32 {
+    syscall6(SYS_GETPID, [0; 6]) as u32
 }
 
 /// The calling thread's kernel id.

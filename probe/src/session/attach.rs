@@ -18,12 +18,16 @@ use std::time::{Duration, Instant};
 
 use super::release::{Kept, release_recorded};
 use super::results::{Results, maps_segment, other_process_state, write};
-use super::{ProbeError, RUNTIME_FILE, Selection, TargetHooks, patch_stopped, select, unpatch_stopped};
+use super::trace::TraceSummary;
+use super::{
+    Measure, ProbeError, RUNTIME_FILE, Selection, TargetHooks, TraceRequest, patch_stopped, select,
+    start_session, unpatch_stopped,
+};
 use crate::inventory::Inventory;
 use crate::patch::{Arena, Refused};
 use crate::process::Process;
-use papirus_probe_abi::Probe;
 use papirus_probe_abi::layout::hdr;
+use papirus_probe_abi::{Probe, Report};
 
 /// What to attach to and measure.
 #[derive(Debug, Clone)]
@@ -44,6 +48,10 @@ pub struct AttachOptions {
     pub runtime: PathBuf,
     /// Keep ended threads' figures per thread (bounded) instead of folding them.
     pub per_thread: bool,
+    /// Call-path tree nodes per thread (0: the default).
+    pub nodes: u64,
+    /// Trace every call, when set.
+    pub trace: Option<TraceRequest>,
 }
 
 /// Rounds of letting the target run while a thread is inside the runtime at detach.
@@ -71,12 +79,15 @@ pub struct AttachSummary {
     pub released: u64,
     /// Trampoline pages left mapped at detach, and why.
     pub kept: Kept,
+    /// The trace, when asked for.
+    pub trace: Option<TraceSummary>,
 }
 
 /// Instruments process `pid` until the duration ends or `stop` is set, then
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
+    super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait
@@ -93,7 +104,8 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         _ => Inventory::of_process(pid)?,
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
-    let (names, mut specs) = select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
+    let (mut names, mut specs) =
+        select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     if TargetHooks::find(&p).is_err() {
         super::results::settle(&mut p)?;
         p.inject(&opts.runtime)?;
@@ -106,7 +118,14 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
             _ => hooks.catch,
         };
     }
-    let results = Results::start(&mut p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
+    let m = Measure {
+        probe: opts.probe,
+        events: &opts.events,
+        per_thread: opts.per_thread,
+        nodes: opts.nodes,
+        trace: opts.trace.as_ref(),
+    };
+    let (results, mut tracing) = start_session(&mut p, &hooks, m, &mut names, &mut specs)?;
     let (installed, refused, arenas) = match patch_stopped(&mut p, &specs) {
         Ok(o) => (o.installed, o.refused, o.arenas),
         Err(e) => {
@@ -120,8 +139,15 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let stop_window = stopped.elapsed();
     super::print_summary(&installed, &refused);
     let start = Instant::now();
+    let seg = results.segment()?;
     while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
-        std::thread::sleep(Duration::from_millis(20));
+        match tracing.as_mut() {
+            Some(t) => {
+                t.drain(&seg);
+                std::thread::sleep(super::trace::DRAIN_INTERVAL);
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
     }
     // Ended meanwhile, or running a new image (execve while detached): its
     // results are still in our mapping of the segment, and nothing of ours is
@@ -143,15 +169,19 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut p = match attached {
         Ok(p) => p,
         Err(how) => {
-            let report_time = report_ended(&results, opts, names, how)?;
+            let t0 = Instant::now();
+            let end = papirus_substrate::arch::rdtsc();
+            let report = report_ended(&results, opts, names, how)?;
+            let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
             return Ok(AttachSummary {
                 installed: count,
                 refused,
                 children: Vec::new(),
-                report_time,
+                report_time: t0.elapsed(),
                 stop_window,
                 released: 0,
                 kept: Kept::default(),
+                trace,
             });
         }
     };
@@ -178,6 +208,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     quiet(&mut p, &tramps, &results, 0)?;
     restore_returns(&mut p, &results, 0)?;
     let t0 = Instant::now();
+    let end = papirus_substrate::arch::rdtsc();
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
     });
@@ -191,7 +222,9 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     p.detach()?;
     ended?;
     let (kept, released) = kept?;
-    write(&opts.output, &report?)?;
+    let report = report?;
+    write(&opts.output, &report)?;
+    let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
         return Err(ProbeError::Setup {
@@ -207,24 +240,24 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         stop_window,
         released,
         kept,
+        trace,
     })
 }
 
 /// Writes the report of a target whose measurement ended on its own side
-/// (exit, execve) while papirus was detached; returns how long that took.
+/// (exit, execve) while papirus was detached, and returns it.
 fn report_ended(
     results: &Results,
     opts: &AttachOptions,
     names: Vec<String>,
     how: &str,
-) -> Result<Duration, ProbeError> {
-    let t0 = Instant::now();
+) -> Result<Report, ProbeError> {
     let pid = opts.pid;
     let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
         if q == pid as u32 { how.to_string() } else { other_process_state(q) }
     })?;
     write(&opts.output, &report)?;
-    Ok(t0.elapsed())
+    Ok(report)
 }
 
 /// An executable file mapping: start, end, inode, device.

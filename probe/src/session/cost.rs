@@ -133,7 +133,7 @@ pub enum CostError {
 
 /// Writes the C program `source` to `dir/NAME.c` and builds `dir/NAME` with
 /// `gcc -O2`, `args` after the source; returns its path.
-pub fn gcc(dir: &Path, name: &str, source: &str, args: &[&str]) -> Result<PathBuf, CostError> {
+fn gcc(dir: &Path, name: &str, source: &str, args: &[&str]) -> Result<PathBuf, CostError> {
     let src = dir.join(format!("{name}.c"));
     let path = dir.join(name);
     std::fs::write(&src, source).map_err(|source| CostError::Io { path: src.clone(), source })?;
@@ -149,6 +149,22 @@ pub fn gcc(dir: &Path, name: &str, source: &str, args: &[&str]) -> Result<PathBu
         return Err(CostError::GccFailed { path, stderr });
     }
     Ok(path)
+}
+
+/// [`gcc`] into a fresh private directory (mkdtemp, 0700) named `prefix…`,
+/// removed when the returned handle drops.
+pub fn gcc_scratch(
+    prefix: &str,
+    name: &str,
+    source: &str,
+    args: &[&str],
+) -> Result<(tempfile::TempDir, PathBuf), CostError> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|source| CostError::Io { path: "a new temporary directory".into(), source })?;
+    let path = gcc(dir.path(), name, source, args)?;
+    Ok((dir, path))
 }
 
 /// The target library, built into a fresh temporary directory and loaded.
@@ -176,11 +192,8 @@ fn dlerror() -> String {
 impl Target {
     /// Builds [`SOURCE`] with `gcc -O2 -shared -fPIC` and loads it.
     pub fn build() -> Result<Target, CostError> {
-        let dir = tempfile::Builder::new()
-            .prefix("papirus-probe-cost-")
-            .tempdir()
-            .map_err(|source| CostError::Io { path: "a new temporary directory".into(), source })?;
-        let path = gcc(dir.path(), "libprobe_cost.so", SOURCE, &["-shared", "-fPIC"])?;
+        let (dir, path) =
+            gcc_scratch("papirus-probe-cost-", "libprobe_cost.so", SOURCE, &["-shared", "-fPIC"])?;
         let mut t = Target { path, handle: 0, bodies: [0; 4], drive: 0, _dir: dir };
         let c = CString::new(t.path.as_os_str().as_encoded_bytes())
             .map_err(|e| CostError::Load { path: t.path.clone(), reason: e.to_string() })?;
@@ -296,6 +309,8 @@ impl Drop for Target {
 struct Runtime {
     local_init: extern "C" fn(u64, u32) -> i64,
     set_probe: extern "C" fn(u32),
+    set_tracing: extern "C" fn(u32),
+    segment: unsafe extern "C" fn(*mut u64) -> u64,
     set_events: extern "C" fn(*const u8, usize) -> i64,
     enter: u64,
 }
@@ -326,12 +341,15 @@ impl Runtime {
             sym("papirus_probe_set_probe")?,
             sym("papirus_probe_set_events")?,
         );
+        let (tracing, segment) = (sym("papirus_probe_set_tracing")?, sym("papirus_probe_local_segment")?);
         // SAFETY: the runtime's C ABI (its cabi module) defines these signatures;
         // the library is never unloaded.
         unsafe {
             Ok(Runtime {
                 local_init: std::mem::transmute::<usize, extern "C" fn(u64, u32) -> i64>(init),
                 set_probe: std::mem::transmute::<usize, extern "C" fn(u32)>(probe),
+                set_tracing: std::mem::transmute::<usize, extern "C" fn(u32)>(tracing),
+                segment: std::mem::transmute::<usize, unsafe extern "C" fn(*mut u64) -> u64>(segment),
                 set_events: std::mem::transmute::<usize, extern "C" fn(*const u8, usize) -> i64>(events),
                 enter: sym("papirus_probe_enter")? as u64,
             })
@@ -356,6 +374,26 @@ impl Instrumented<'_> {
             Probe::Wallclock => 1,
             Probe::Counters => 2,
         });
+    }
+
+    /// Turns tracing of every closed call on or off (the in-process
+    /// session's rings; drain them through [`Instrumented::segment`]).
+    pub fn set_tracing(&self, on: bool) {
+        (self.runtime.set_tracing)(u32::from(on));
+    }
+
+    /// The in-process session's results segment, as the tool would map it.
+    pub fn segment(&self) -> &'static [std::sync::atomic::AtomicU64] {
+        let mut words = 0u64;
+        // SAFETY: the runtime's C ABI: writes the length, returns the live
+        // mapping's address, which stays mapped for the life of the process
+        // (in-process sessions are never torn down).
+        let base = unsafe { (self.runtime.segment)(&mut words) };
+        if base == 0 {
+            return &[];
+        }
+        // SAFETY: `words` AtomicU64s at `base`, mapped for the life of the process (above).
+        unsafe { std::slice::from_raw_parts(base as *const std::sync::atomic::AtomicU64, words as usize) }
     }
 
     /// Whether the counters probe can read task-clock here, or why not.
@@ -404,4 +442,179 @@ pub fn ns_per_call(drive: Drive, f: Tiny, n: i64, reps: u32) -> f64 {
             (cpu_time() - t).as_secs_f64() * 1e9 / n.max(1) as f64
         })
         .fold(f64::INFINITY, f64::min)
+}
+
+/// The driver: the same body as [`SOURCE`]'s `tiny`, called through a
+/// pointer `batch` times per sample; it times each sample inside the
+/// process (CLOCK_MONOTONIC, so a tool's start-up and write-out are not
+/// counted) and writes each sample's ns per call, then the calls made and a
+/// checksum of the results, to the file named last on its command line.
+fn driver_source() -> Result<String, CostError> {
+    let body = SOURCE
+        .lines()
+        .find(|l| l.starts_with("#define TINY_BODY"))
+        .ok_or_else(|| CostError::Symbol { path: "probe_bench.c".into(), name: "TINY_BODY" })?;
+    Ok(format!(
+        r#"#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+{body}
+__attribute__((noinline)) int tiny(int x, int y) TINY_BODY
+static int (*volatile fn)(int, int) = tiny;
+static double now(void) {{ struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1e9 + t.tv_nsec; }}
+int main(int argc, char **argv) {{
+    if (argc != 4) return 2;
+    long batch = atol(argv[1]), samples = atol(argv[2]), acc = 0;
+    FILE *out = fopen(argv[3], "w");
+    if (!out) return 3;
+    int (*f)(int, int) = fn;
+    for (long s = -1; s < samples; s++) {{ /* sample -1 warms up */
+        double t0 = now();
+        for (long i = 0; i < batch; i++) acc += f((int)i, (int)acc);
+        double dt = now() - t0;
+        if (s >= 0) fprintf(out, "%.4f\n", dt / batch);
+    }}
+    fprintf(out, "calls %ld checksum %ld\n", batch * (samples + 1), acc);
+    return fclose(out) == 0 ? 0 : 4;
+}}
+"#
+    ))
+}
+
+/// The driver program, built into a fresh private directory (removed on drop).
+#[derive(Debug)]
+pub struct Driver {
+    dir: tempfile::TempDir,
+    exe: PathBuf,
+}
+
+/// One run of the driver: ns per call of each sample, calls made, checksum.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DriverRun {
+    /// Each sample's nanoseconds per call.
+    pub ns: Vec<f64>,
+    /// Calls made, warm-up included.
+    pub calls: u64,
+    /// A checksum of the results (equal under any correct instrumentation).
+    pub checksum: String,
+}
+
+impl DriverRun {
+    /// The median sample.
+    pub fn median(&self) -> f64 {
+        let mut v = self.ns.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+}
+
+impl Driver {
+    /// Builds the driver with `gcc -O2`.
+    pub fn build() -> Result<Driver, CostError> {
+        let (dir, exe) = gcc_scratch("papirus-probe-driver-", "driver", &driver_source()?, &[])?;
+        Ok(Driver { dir, exe })
+    }
+
+    /// The program.
+    pub fn path(&self) -> &Path {
+        &self.exe
+    }
+
+    /// Its arguments for `batch` calls per sample and `samples` samples, and
+    /// the file it writes (read it with [`Driver::read`]).
+    pub fn args(&self, batch: u64, samples: u64, run: &str) -> (Vec<std::ffi::OsString>, PathBuf) {
+        let out = self.dir.path().join(format!("{run}.out"));
+        (vec![batch.to_string().into(), samples.to_string().into(), out.clone().into_os_string()], out)
+    }
+
+    /// What a run wrote to `out`.
+    pub fn read(out: &Path) -> Result<DriverRun, String> {
+        let text = std::fs::read_to_string(out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let mut r = DriverRun { ns: Vec::new(), calls: 0, checksum: String::new() };
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("calls ") {
+                let mut w = rest.split_whitespace();
+                r.calls = w.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+                r.checksum = w.nth(1).unwrap_or("").to_string();
+            } else if let Ok(ns) = line.trim().parse::<f64>() {
+                r.ns.push(ns);
+            }
+        }
+        if r.ns.is_empty() || r.calls == 0 {
+            return Err(format!("the driver wrote no samples: {}", text.trim()));
+        }
+        Ok(r)
+    }
+
+    /// Runs the driver under `cmd` (the driver and its arguments appended;
+    /// `Command::new(driver.path())` for none) and reads what it wrote.
+    pub fn run_under(
+        &self,
+        mut cmd: Command,
+        batch: u64,
+        samples: u64,
+        run: &str,
+    ) -> Result<DriverRun, String> {
+        let (args, out) = self.args(batch, samples, run);
+        if cmd.get_program() != self.exe.as_os_str() {
+            cmd.arg(&self.exe);
+        }
+        let o = cmd.args(&args).output().map_err(|e| format!("cannot run {run}: {e}"))?;
+        if !o.status.success() {
+            return Err(format!(
+                "{run} failed ({}): {}",
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
+            ));
+        }
+        Driver::read(&out)
+    }
+}
+
+/// Where uftrace is on PATH, if it is installed.
+pub fn uftrace() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("uftrace")).find(|p| p.is_file())
+}
+
+/// The calls of `tiny` in `uftrace report`'s table (`total self calls name`).
+pub fn uftrace_reported_calls(report: &str) -> Option<u64> {
+    report.lines().find_map(|l| {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        (w.last() == Some(&"tiny")).then(|| w.get(w.len().checked_sub(2)?)?.parse().ok())?
+    })
+}
+
+/// The driver under `uftrace record -P tiny --no-libcall` into `data`,
+/// checked: the same checksum as `plain`, every call recorded.
+pub fn uftraced(
+    driver: &Driver,
+    uftrace: &Path,
+    plain: &DriverRun,
+    batch: u64,
+    samples: u64,
+) -> Result<DriverRun, String> {
+    let data = driver.dir.path().join("uftrace.data");
+    let mut cmd = Command::new(uftrace);
+    cmd.args(["record", "-P", "^tiny$", "--no-libcall", "--no-event", "-d"]).arg(&data);
+    let traced = driver.run_under(cmd, batch, samples, "uftrace record -P tiny")?;
+    if traced.checksum != plain.checksum {
+        return Err(format!(
+            "under uftrace the driver's results differ (checksum {} vs {})",
+            traced.checksum, plain.checksum
+        ));
+    }
+    let out = Command::new(uftrace)
+        .args(["report", "--no-pager", "-d"])
+        .arg(&data)
+        .output()
+        .map_err(|e| format!("uftrace report: {e}"))?;
+    let recorded = uftrace_reported_calls(&String::from_utf8_lossy(&out.stdout)).unwrap_or(0);
+    if recorded != traced.calls {
+        return Err(format!(
+            "uftrace -P tiny recorded {recorded} of {} calls: it did not patch tiny here",
+            traced.calls
+        ));
+    }
+    Ok(traced)
 }

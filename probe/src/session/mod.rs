@@ -16,6 +16,7 @@ mod report;
 mod results;
 mod run;
 mod select;
+pub mod trace;
 
 use std::path::{Path, PathBuf};
 
@@ -25,10 +26,13 @@ pub use attach::{AttachOptions, AttachSummary, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
 pub use release::Kept;
-pub use report::{NAME_WIDTH, ProbeCost, SortKey, View, format_report, format_summary};
+pub use report::{
+    NAME_WIDTH, ProbeCost, SortKey, TreeView, View, format_report, format_summary, format_tree,
+};
 pub use run::{RunOptions, RunSummary, run};
-use select::select;
 pub use select::{MAIN_MODULE, Selection};
+use select::{select, trace_first};
+pub use trace::{Trace, TraceSummary, read_trace};
 
 use crate::patch::{Installed, PatchError, Refused};
 use crate::process::Process;
@@ -77,6 +81,14 @@ pub enum ProbeError {
         path: PathBuf,
         /// The parse error.
         source: serde_json::Error,
+    },
+    /// A trace file that does not parse.
+    #[error("{path} is not a readable papirus trace: {reason}")]
+    BadTrace {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
     },
     /// A report of another format version.
     #[error("{path} has report format {found}; this papirus-probe reads format {expected}")]
@@ -220,6 +232,18 @@ pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
     }
 }
 
+/// Checks a trace request against the probe before the target is touched:
+/// a trace needs timestamps, which the empty probe does not take.
+pub fn check_trace(probe: Probe, trace: Option<&TraceRequest>) -> Result<(), ProbeError> {
+    if trace.is_some() && probe == Probe::Empty {
+        return Err(ProbeError::Events(
+            "--trace records times, which the empty probe does not take: use the wallclock or counters probe"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
 /// The event names `--events` values stand for: each value split by the
 /// shared event-list splitter (commas inside `pmu/…/` terms stay), and each
 /// PAPI preset replaced by the native event it counts here, resolved as
@@ -251,6 +275,145 @@ fn preset_native(name: &str) -> Result<String, ProbeError> {
         _ => Err(ProbeError::Events(format!(
             "preset {name} is derived from several native events here; the counters probe reads native events: name them instead"
         ))),
+    }
+}
+
+/// What to trace beside the call-path profile, and where the trace goes.
+#[derive(Debug, Clone)]
+pub struct TraceRequest {
+    /// The trace file.
+    pub output: PathBuf,
+    /// Trace only functions matching one of these globs (every
+    /// instrumented function when empty).
+    pub functions: Vec<String>,
+    /// Calls shorter than this are not traced (dropped at their exit).
+    pub min_duration: std::time::Duration,
+    /// Calls this deep or deeper are not traced (depth 0: the outermost
+    /// instrumented call of a thread).
+    pub depth: Option<u64>,
+    /// Records per thread's ring: a power of two.
+    pub ring: u64,
+}
+
+/// Numbers the functions `req` traces first (renumbering `specs`) and gives
+/// the runtime's trace options; `rate` is the TSC's ticks per second.
+fn trace_options(
+    req: &TraceRequest,
+    names: &mut Vec<String>,
+    specs: &mut [crate::patch::FunctionSpec],
+    rate: f64,
+) -> Result<papirus_probe_abi::TraceOptions, ProbeError> {
+    use papirus_probe_abi::layout::MAX_RING;
+    if !req.ring.is_power_of_two() || !(2..=MAX_RING).contains(&req.ring) {
+        return Err(ProbeError::Events(format!(
+            "the trace buffer holds a power of two records per thread, 2 to {MAX_RING} (got {})",
+            req.ring
+        )));
+    }
+    let functions = trace_first(names, specs, &req.functions);
+    if functions == 0 {
+        return Err(ProbeError::NothingSelected {
+            modules: "the instrumented functions".into(),
+            globs: format!("--trace-functions {}", req.functions.join(",")),
+        });
+    }
+    Ok(papirus_probe_abi::TraceOptions {
+        ring: req.ring,
+        min_ticks: (req.min_duration.as_secs_f64() * rate) as u64,
+        depth: req.depth.unwrap_or(u64::MAX),
+        functions,
+    })
+}
+
+/// What a session records, as `run` and `attach` were asked.
+#[derive(Debug, Clone, Copy)]
+struct Measure<'a> {
+    probe: Probe,
+    events: &'a [String],
+    per_thread: bool,
+    nodes: u64,
+    trace: Option<&'a TraceRequest>,
+}
+
+/// Numbers the traced functions first (renumbering `specs`), starts the
+/// session in the stopped target and the trace file; a trace file that
+/// cannot be started ends the session again.
+fn start_session(
+    p: &mut Process,
+    hooks: &TargetHooks,
+    m: Measure<'_>,
+    names: &mut Vec<String>,
+    specs: &mut [crate::patch::FunctionSpec],
+) -> Result<(results::Results, Option<trace::Tracing>), ProbeError> {
+    let rate = results::tsc_rate();
+    let trace = m.trace.map(|req| trace_options(req, names, specs, rate)).transpose()?;
+    let spec = results::SessionSpec {
+        probe: m.probe,
+        events: m.events,
+        functions: names.len(),
+        per_thread: m.per_thread,
+        nodes: m.nodes,
+        trace,
+    };
+    let results = results::Results::start(p, hooks, &spec)?;
+    let tracing = match m.trace {
+        Some(req) => match start_tracing(req, &results, &spec, p.pid(), names, rate) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                let _ = p.call(hooks.teardown, &[]);
+                return Err(e);
+            }
+        },
+        None => None,
+    };
+    Ok((results, tracing))
+}
+
+/// Starts the trace file of `results`' session (what `trace_options` asked for).
+fn start_tracing(
+    req: &TraceRequest,
+    results: &results::Results,
+    spec: &results::SessionSpec<'_>,
+    pid: i32,
+    names: &[String],
+    rate: f64,
+) -> Result<trace::Tracing, ProbeError> {
+    let opts = spec.trace.as_ref().ok_or_else(|| ProbeError::Events("tracing was not set up".into()))?;
+    let seg = results.segment()?;
+    let g = seg.geometry();
+    let header = trace::TraceHeader {
+        format_version: trace::TRACE_VERSION,
+        pid: pid as u32,
+        probe: spec.probe.name().to_string(),
+        command: command_of(pid),
+        functions: names.to_vec(),
+        traced: opts.functions,
+        events: if spec.probe == Probe::Counters { spec.events.to_vec() } else { Vec::new() },
+        start_tsc: seg.header(papirus_probe_abi::layout::hdr::START_TSC),
+        ticks_per_second: rate,
+        ring: g.shape.ring,
+        record_words: g.shape.record_words,
+        min_duration_ns: req.min_duration.as_nanos() as u64,
+        max_depth: req.depth,
+    };
+    let filter = trace::Filter { functions: opts.functions, depth: opts.depth, min_ticks: opts.min_ticks };
+    trace::Tracing::start(&req.output, &seg, &header, filter)
+}
+
+/// A process' command name (`/proc/PID/comm`, bounded), empty when unreadable.
+fn command_of(pid: i32) -> String {
+    papirus_substrate::input::read_file(Path::new(&format!("/proc/{pid}/comm")), 64)
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The trace's footer from the report that ends the same session.
+fn trace_footer(r: &Report) -> trace::TraceFooter {
+    trace::TraceFooter {
+        ticks_per_second: r.ticks_per_second,
+        window: r.window.clone(),
+        processes: r.processes.clone(),
+        ..Default::default()
     }
 }
 
@@ -313,8 +476,9 @@ pub fn read_report(path: &Path) -> Result<Report, ProbeError> {
     parse_report(path, text.as_bytes())
 }
 
-/// Parses a report into typed structs, checking its format version first.
-fn parse_report(path: &Path, bytes: &[u8]) -> Result<Report, ProbeError> {
+/// Parses a report's bytes (`path` names them in errors), checking its
+/// format version first; the flat figures are derived from the trees again.
+pub fn parse_report(path: &Path, bytes: &[u8]) -> Result<Report, ProbeError> {
     #[derive(serde::Deserialize)]
     struct Version {
         format_version: u32,
@@ -328,7 +492,12 @@ fn parse_report(path: &Path, bytes: &[u8]) -> Result<Report, ProbeError> {
             expected: papirus_probe_abi::FORMAT_VERSION,
         });
     }
-    serde_json::from_slice(bytes).map_err(|source| ProbeError::BadReport { path: path.into(), source })
+    let mut r: Report = serde_json::from_slice(bytes)
+        .map_err(|source| ProbeError::BadReport { path: path.into(), source })?;
+    for t in &mut r.threads {
+        t.derive();
+    }
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -342,14 +342,18 @@ pub fn format_report(r: &Report, view: &View) -> String {
             let _ = writeln!(out, "  open (unfinished) activations when the report was written: {}", t.open);
         }
         if t.overflow > 0 {
-            let _ =
-                writeln!(out, "  ({} calls deeper than the shadow stack: counted, not timed)", t.overflow);
-        }
-        if t.reentered + t.edge_overflow > 0 {
             let _ = writeln!(
                 out,
-                "  (uninstrumented: {} calls from signal handlers inside a hook; {} caller pairs dropped)",
-                t.reentered, t.edge_overflow
+                "  ({} calls deeper than the shadow stack: not timed, not in the figures)",
+                t.overflow
+            );
+        }
+        if t.reentered.saturating_add(t.node_overflow) > 0 {
+            let _ = writeln!(
+                out,
+                "  (uninstrumented: {} calls from signal handlers inside a hook; {} calls on paths \
+                 beyond the call-path tree's bound, their time in their callers' exclusive time)",
+                t.reentered, t.node_overflow
             );
         }
         if let Some(e) = &t.counters_error {
@@ -398,6 +402,90 @@ pub fn format_report(r: &Report, view: &View) -> String {
     out
 }
 
+/// What `report --tree` shows of each thread's call-path tree.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TreeView {
+    /// Levels shown (1: the outermost calls only); all when `None`.
+    pub depth: Option<usize>,
+    /// Nodes whose inclusive time is below this fraction of their thread's
+    /// total are left out (counted in a closing line).
+    pub threshold: f64,
+}
+
+/// The header, then per thread its call-path tree: inclusive and exclusive
+/// time, calls, and the function indented by its depth, children by
+/// inclusive time.
+pub fn format_tree(r: &Report, view: &View, tree: &TreeView) -> String {
+    let mut out = String::new();
+    header(&mut out, r, view);
+    let timed = r.ticks_per_second > 0.0;
+    for t in r.threads.iter().filter(|t| view.thread.is_none_or(|n| n == t.tid)) {
+        if t.exited_threads > 0 {
+            let _ = writeln!(out, "\n{} exited threads of pid {}", t.exited_threads, t.pid);
+        } else {
+            let _ = writeln!(out, "\nthread {}", t.tid);
+        }
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); t.tree.len()];
+        let mut roots = Vec::new();
+        for (i, n) in t.tree.iter().enumerate() {
+            match n.parent.map(|p| p as usize).filter(|&p| p < i) {
+                Some(p) => children[p].push(i),
+                None => roots.push(i),
+            }
+        }
+        let key = |i: &usize| std::cmp::Reverse(if timed { t.tree[*i].incl_ticks } else { t.tree[*i].calls });
+        roots.sort_by_key(key);
+        for c in &mut children {
+            c.sort_by_key(key);
+        }
+        let total: u64 = roots.iter().map(|&i| t.tree[i].incl_ticks).fold(0, u64::saturating_add);
+        let cut = (tree.threshold * total as f64) as u64;
+        let _ = writeln!(out, "  {:>14} {:>14} {:>10}  function", "incl us", "excl us", "calls");
+        let (mut hidden, mut hidden_ticks, mut deeper) = (0u64, 0u64, 0u64);
+        let mut todo: Vec<(usize, usize)> = roots.iter().rev().map(|&i| (i, 0)).collect();
+        while let Some((i, level)) = todo.pop() {
+            let n = &t.tree[i];
+            if timed && n.incl_ticks < cut {
+                hidden += 1;
+                hidden_ticks = hidden_ticks.saturating_add(n.incl_ticks);
+                continue;
+            }
+            if tree.depth.is_some_and(|d| level >= d) {
+                deeper += 1;
+                continue;
+            }
+            let time = |ticks: u64| if timed { us(r.ns(ticks)) } else { "-".into() };
+            let name = escape(r.functions.get(n.function as usize).map_or("?", String::as_str));
+            let name = if view.wide { name } else { fit(&name, NAME_WIDTH) };
+            let _ = writeln!(
+                out,
+                "  {:>14} {:>14} {:>10}  {}{name}",
+                time(n.incl_ticks),
+                time(n.excl_ticks),
+                n.calls,
+                "  ".repeat(level)
+            );
+            todo.extend(children[i].iter().rev().map(|&c| (c, level + 1)));
+        }
+        if hidden > 0 {
+            let _ = writeln!(
+                out,
+                "  ({hidden} subtrees under the threshold of {:.2}% of the thread's time, {} us in all, not shown)",
+                tree.threshold * 100.0,
+                us(r.ns(hidden_ticks))
+            );
+        }
+        if deeper > 0 {
+            let _ = writeln!(
+                out,
+                "  ({deeper} subtrees deeper than {} levels not shown)",
+                tree.depth.unwrap_or(0)
+            );
+        }
+    }
+    out
+}
+
 /// A short summary: the header, totals, and the top functions summed over threads.
 pub fn format_summary(r: &Report, view: &View) -> String {
     let mut out = String::new();
@@ -413,7 +501,7 @@ pub fn format_summary(r: &Report, view: &View) -> String {
     );
     let deep = r.threads.iter().fold(0u64, |a, t| a.saturating_add(t.overflow));
     if deep > 0 {
-        let _ = writeln!(out, "  ({deep} calls deeper than the shadow stack: counted, not timed)");
+        let _ = writeln!(out, "  ({deep} calls deeper than the shadow stack: not timed, not in the figures)");
     }
     let top = View { top: Some(view.top.unwrap_or(10)), ..view.clone() };
     let label = if r.threads.len() > 1 { SUM_LABEL } else { "top functions" };

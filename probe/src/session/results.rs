@@ -21,7 +21,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::mman::ProtFlags;
 use papirus_probe_abi::layout::{self, hdr};
 use papirus_probe_abi::segment::{Segment, flatten};
-use papirus_probe_abi::{EventSpec, Probe, Report, SESSION_VERSION, Session, SetupCode, Window};
+use papirus_probe_abi::{
+    EventSpec, Probe, Report, SESSION_VERSION, Session, SetupCode, TraceOptions, Window,
+};
 use rustix::fs::{SealFlags, fcntl_get_seals};
 use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
 
@@ -91,6 +93,37 @@ fn event_specs(events: &[String]) -> Result<Vec<EventSpec>, ProbeError> {
         .collect()
 }
 
+/// What a session records, as the tool asks the runtime for it.
+#[derive(Debug, Clone)]
+pub(super) struct SessionSpec<'a> {
+    /// The probe.
+    pub probe: Probe,
+    /// Its counter events.
+    pub events: &'a [String],
+    /// Functions instrumented.
+    pub functions: usize,
+    /// Keep ended threads apart.
+    pub per_thread: bool,
+    /// Tree nodes per thread (0: the default).
+    pub nodes: u64,
+    /// Tracing, when on.
+    pub trace: Option<TraceOptions>,
+}
+
+/// TSC ticks per second: papirus-substrate's rate, else measured now over
+/// [`RATE_WINDOW`] against CLOCK_MONOTONIC.
+pub(super) fn tsc_rate() -> f64 {
+    if let Some(hz) = papirus_substrate::clock::clock().tsc_hz() {
+        return hz;
+    }
+    let (t0, c0) = (Instant::now(), papirus_substrate::arch::rdtsc());
+    std::thread::sleep(RATE_WINDOW);
+    papirus_substrate::arch::rdtsc().saturating_sub(c0) as f64 / t0.elapsed().as_secs_f64()
+}
+
+/// How long [`tsc_rate`] measures when the substrate has no rate.
+const RATE_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// The tool's read-only mapping of a target's results segment.
 #[derive(Debug)]
 pub(super) struct Results {
@@ -115,23 +148,22 @@ impl Results {
     pub(super) fn start(
         p: &mut Process,
         hooks: &TargetHooks,
-        probe: Probe,
-        events: &[String],
-        functions: usize,
-        per_thread: bool,
+        spec: &SessionSpec<'_>,
     ) -> Result<Results, ProbeError> {
         let pid = p.pid();
-        let blob = Session {
+        let session = Session {
             version: SESSION_VERSION,
-            probe,
-            functions: functions as u64,
-            events: event_specs(events)?,
+            probe: spec.probe,
+            functions: spec.functions as u64,
+            events: event_specs(spec.events)?,
             slots: SLOTS,
             processes: PROCESSES,
             tool_pid: std::process::id(),
-            per_thread,
-        }
-        .to_bytes();
+            per_thread: spec.per_thread,
+            nodes: spec.nodes,
+            trace: spec.trace.clone(),
+        };
+        let blob = session.to_bytes();
         let started = (Instant::now(), SystemTime::now(), papirus_substrate::arch::rdtsc());
         settle(p)?;
         let page = p.mmap_anywhere(blob.len() as u64, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE)?;
@@ -156,7 +188,7 @@ impl Results {
         let seg = results.segment()?;
         // The geometry asked for, not one the target chose: it bounds every copy the tool makes.
         let g = seg.geometry();
-        if (g.funcs, g.slots, g.procs) != (functions as u64, SLOTS, PROCESSES) {
+        if session.shape(g.shape.depth) != Some(g.shape) {
             return Err(ProbeError::BadSegment { pid, reason: "its geometry is not the session's".into() });
         }
         Ok(results)

@@ -11,6 +11,7 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use nix::sys::ptrace;
 use nix::sys::signal::{Signal, kill};
@@ -18,7 +19,10 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use super::results::{Results, other_process_state, write};
-use super::{ProbeError, Selection, TargetHooks, patch_stopped, select};
+use super::trace::{TraceSummary, Tracing};
+use super::{
+    Measure, ProbeError, Selection, TargetHooks, TraceRequest, patch_stopped, select, start_session,
+};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
 use crate::process::{Exit, Process, Spawn};
@@ -43,6 +47,10 @@ pub struct RunOptions {
     pub runtime: PathBuf,
     /// Keep ended threads' figures per thread (bounded) instead of folding them.
     pub per_thread: bool,
+    /// Call-path tree nodes per thread (0: the default).
+    pub nodes: u64,
+    /// Trace every call, when set.
+    pub trace: Option<TraceRequest>,
 }
 
 /// How a run went.
@@ -62,17 +70,20 @@ pub struct RunSummary {
     pub output: PathBuf,
     /// How long reading the segment and writing the report took.
     pub report_time: std::time::Duration,
+    /// The trace, when asked for.
+    pub trace: Option<TraceSummary>,
 }
 
 /// Runs the program instrumented, waits for it to end and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     super::check_events(opts.probe, &opts.events)?;
+    super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
     let mut p = Spawn::new(&opts.program).args(&opts.args).preload(&runtime).spawn()?;
     let pid = p.pid();
     let prepared = prepare(&mut p, opts);
-    let (names, results, installed, refused) = match prepared {
+    let (names, results, installed, refused, mut tracing) = match prepared {
         Ok(v) => v,
         Err(e) => {
             // Nothing of what was asked can be measured: do not leave it running unmeasured.
@@ -83,7 +94,22 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
         }
     };
     p.resume_following(ptrace::Options::PTRACE_O_TRACEEXEC)?;
-    let (exit, exec) = follow(pid)?;
+    let seg = results.segment()?;
+    let (exit, exec) = match tracing.as_mut() {
+        None => follow(pid)?,
+        // The rings are drained while the program runs, so a long run needs no large ring.
+        Some(t) => {
+            let stop = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let drainer = s.spawn(|| t.drain_until(&seg, &stop));
+                let followed = follow(pid);
+                stop.store(true, Ordering::Relaxed);
+                let _ = drainer.join();
+                followed
+            })?
+        }
+    };
+    let end = papirus_substrate::arch::rdtsc();
     let ended = |p: u32| {
         if p == pid as u32 {
             if exec { format!("execve, then {exit}") } else { exit.to_string() }
@@ -94,11 +120,12 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     let t0 = std::time::Instant::now();
     let report = results.report(pid, opts.probe, &opts.events, names, &ended)?;
     write(&opts.output, &report)?;
+    let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
     let report_time = t0.elapsed();
-    Ok(RunSummary { pid, exit, exec, installed, refused, output: opts.output.clone(), report_time })
+    Ok(RunSummary { pid, exit, exec, installed, refused, output: opts.output.clone(), report_time, trace })
 }
 
-type Prepared = (Vec<String>, Results, usize, Vec<Refused>);
+type Prepared = (Vec<String>, Results, usize, Vec<Refused>, Option<Tracing>);
 
 /// Selects, starts the session and patches, the target stopped at its entry.
 fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
@@ -112,13 +139,20 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
         other => other,
     })?;
     let inv = Inventory::of_process(pid)?;
-    let (names, specs) =
+    let (mut names, mut specs) =
         select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
-    let results = Results::start(p, &hooks, opts.probe, &opts.events, names.len(), opts.per_thread)?;
+    let m = Measure {
+        probe: opts.probe,
+        events: &opts.events,
+        per_thread: opts.per_thread,
+        nodes: opts.nodes,
+        trace: opts.trace.as_ref(),
+    };
+    let (results, tracing) = start_session(p, &hooks, m, &mut names, &mut specs)?;
     let outcome = patch_stopped(p, &specs)?;
     let (installed, refused) = (outcome.installed, outcome.refused);
     super::print_summary(&installed, &refused);
-    Ok((names, results, installed.len(), refused))
+    Ok((names, results, installed.len(), refused, tracing))
 }
 
 /// Waits for the program to end, its main thread still traced for

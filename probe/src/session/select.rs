@@ -164,6 +164,26 @@ pub(super) fn select(
     Ok((names, specs))
 }
 
+/// Puts the functions matching one of `globs` (all when empty) first,
+/// keeping their order, and renumbers the specs to match; returns how many
+/// match (the runtime traces ids below that). The unwinder hooks keep their
+/// argument.
+pub(super) fn trace_first(names: &mut Vec<String>, specs: &mut [FunctionSpec], globs: &[String]) -> u64 {
+    let traced = |n: &str| globs.is_empty() || globs.iter().any(|g| glob_match(g, n));
+    let mut order: Vec<usize> = (0..names.len()).collect();
+    order.sort_by_key(|&i| !traced(&names[i]));
+    let mut new_id = vec![0u32; names.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_id[old] = new as u32;
+    }
+    for s in specs.iter_mut().filter(|s| !is_internal_hook(&s.name)) {
+        s.arg = new_id[s.arg as usize];
+    }
+    let count = names.iter().filter(|n| traced(n)).count() as u64;
+    *names = order.into_iter().map(|i| std::mem::take(&mut names[i])).collect();
+    count
+}
+
 /// The basenames of a process's modules, the main program marked, for error messages.
 fn module_names(inv: &Inventory) -> String {
     inv.modules

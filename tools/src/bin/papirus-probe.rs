@@ -73,6 +73,9 @@ enum Command {
             papirus-probe run --functions 'solve*' -o app.json -- ./app\n  \
             papirus-probe run --module liblzma.so.5 -- xz -c big.tar > big.tar.xz\n  \
             papirus-probe run --module main,libm --exclude 'sin*,cos*' --top 20 -- ./app\n  \
+            papirus-probe run --trace app.ptrace --export chrome=app.trace.json -- ./app\n  \
+            papirus-probe run --trace --trace-functions 'solve*' --trace-min-duration 2us \
+            --export flamechart=app.svg -- ./app\n  \
             papirus-probe run --costs costs.json --subtract-cost --full -- ./app",
             after_long_help = EXIT_HELP)]
     Run(instrument::RunArgs),
@@ -85,11 +88,21 @@ enum Command {
             papirus-probe attach 4242 --duration 2.5 --full --wide",
             after_long_help = EXIT_HELP)]
     Attach(instrument::AttachArgs),
-    /// Print a report written by `run` or `attach` (-o FILE) on stdout.
+    /// Print a report or trace (run/attach -o FILE, --trace FILE) on stdout, or write it
+    /// in a format other tools open.
     #[command(long_about = "Print the full text report of a JSON report written by `run` or `attach` \
-            (-o FILE) on stdout: every thread, the sum over threads, the caller -> callee pairs.\n\n\
+            (-o FILE) on stdout: every thread, the sum over threads, the caller -> callee pairs; \
+            with --tree each thread's call-path tree. Or write another format (--format, to stdout \
+            or -o PATH): a Chrome trace (Perfetto, speedscope), folded stacks, a flame graph, a \
+            flame chart or time histogram of a trace (SVG), a TAU profile directory (ParaProf, \
+            Hatchet) or an OTF2 archive (Vampir). FILE may also be a trace file (--trace FILE), \
+            whose calls make the profile, or a region report of papirus' high-level API.\n\n\
             Examples:\n  papirus-probe report app.json\n  \
             papirus-probe report app.json --thread 4243 --sort calls --top 20\n  \
+            papirus-probe report app.json --tree --depth 4 --threshold 1\n  \
+            papirus-probe report app.json --format flamegraph -o app.svg\n  \
+            papirus-probe report app.ptrace --format chrome -o app.trace.json\n  \
+            papirus-probe report app.ptrace --format otf2 -o app-otf2\n  \
             papirus-probe report app.json --costs costs.json --subtract-cost --wide",
             after_long_help = EXIT_HELP)]
     Report(instrument::ReportArgs),

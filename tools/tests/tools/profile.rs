@@ -173,7 +173,7 @@ fn profile_outputs_open_in_speedscope_and_chromium() {
             nodes.insert(frames[..i].join(";"));
         }
     }
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("viewers");
+    let cache = crate::util::viewers();
     let loaded = match papirus_testkit::browser::open(&cache, &[pb.clone(), folded.clone(), svg.clone()]) {
         Ok(l) => l,
         Err(why) => return papirus_testkit::skip(format!("no speedscope/chromium: {why}")),

@@ -20,6 +20,12 @@ pub fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ sits in the workspace")
 }
 
+/// Where the viewers the tests open outputs in are installed (kept between
+/// runs of this build).
+pub fn viewers() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("viewers")
+}
+
 /// papirus-probe's executable.
 pub fn probe() -> &'static str {
     env!("CARGO_BIN_EXE_papirus-probe")

@@ -14,7 +14,10 @@ use clap::Args;
 use nix::sys::signal::{SigSet, Signal};
 use papirus_calibrate::CostFile;
 use papirus_probe::process::Exit;
-use papirus_probe::session::{self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, View};
+use papirus_probe::session::{
+    self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, TraceRequest, View,
+};
+use papirus_tools::export::{self, Format};
 
 use crate::output::{self, Failure, note};
 
@@ -60,9 +63,100 @@ pub struct ProbeArgs {
     /// With --costs: subtract the probe's estimated cost from the printed times.
     #[arg(long, requires = "costs")]
     subtract_cost: bool,
+    /// Distinct call paths kept per thread (the call-path tree's nodes; a
+    /// process keeps 4 times as many for its ended threads; default: 64 per
+    /// instrumented function, 16,384 to 1,048,576; 128 bytes each, used only
+    /// as paths appear). Calls on new paths beyond it are counted, not
+    /// placed, and the report says so.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(2..=1 << 24))]
+    tree_nodes: Option<u64>,
+    /// Record every call: its entry and exit time, function and thread (and
+    /// counter values with the counters probe), into per-thread rings the
+    /// tool drains while the program runs, written to FILE (papirus' trace
+    /// format: `papirus-probe report FILE --format chrome|otf2|…`). Without
+    /// FILE the trace serves --export and the summary, and is not kept.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    trace: Option<Option<PathBuf>>,
+    /// Trace only functions matching one of these globs (default: every
+    /// instrumented function); repeatable; `@FILE` as for --functions.
+    #[arg(long, value_name = "GLOB,…", value_delimiter = ',', requires = "trace")]
+    trace_functions: Vec<String>,
+    /// Leave calls shorter than this out of the trace (decided at their
+    /// exit): 500ns, 2us, 1.5ms, 1s.
+    #[arg(long, value_name = "TIME", value_parser = parse_time, requires = "trace")]
+    trace_min_duration: Option<Duration>,
+    /// Trace only the outermost N levels of instrumented calls of each thread.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "trace")]
+    trace_depth: Option<u64>,
+    /// Records per thread's trace ring, a power of two (24 bytes a call,
+    /// 16 more per counter event; default 262144: 6 MiB per thread). A ring
+    /// that fills before the tool drains it (every 2 ms) loses its oldest
+    /// calls, counted and reported.
+    #[arg(long, value_name = "RECORDS", default_value_t = papirus_probe_abi::DEFAULT_RING, requires = "trace")]
+    trace_buffer: u64,
+    /// When the measurement ends, also write FORMAT to PATH (repeatable):
+    /// text, json, folded, flamegraph, tau (a directory); with --trace also
+    /// chrome, flamechart, histogram and otf2 (a directory).
+    #[arg(long, value_name = "FORMAT=PATH", value_parser = parse_export)]
+    export: Vec<(Format, PathBuf)>,
+}
+
+/// A `--export FORMAT=PATH`.
+fn parse_export(s: &str) -> Result<(Format, PathBuf), String> {
+    use clap::ValueEnum;
+    let (f, path) =
+        s.split_once('=').ok_or_else(|| format!("`{s}`: give FORMAT=PATH (e.g. flamegraph=app.svg)"))?;
+    let format = Format::from_str(f, true).map_err(|_| {
+        let names: Vec<&str> = Format::value_variants().iter().map(|v| v.name()).collect();
+        format!("unknown format `{f}`: use one of {}", names.join(", "))
+    })?;
+    if path.is_empty() {
+        return Err(format!("`{s}`: the path is empty"));
+    }
+    Ok((format, PathBuf::from(path)))
+}
+
+/// A duration with a unit: `500ns`, `2us`, `1.5ms`, `1s`.
+pub fn parse_time(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let scale = match unit {
+        "ns" => 1e-9,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "s" => 1.0,
+        _ => return Err(format!("`{s}`: give a time with a unit: 500ns, 2us, 1.5ms, 1s")),
+    };
+    let v: f64 = num.trim().parse().map_err(|_| format!("`{s}`: `{num}` is not a number"))?;
+    if !v.is_finite() || v < 0.0 || v * scale > MAX_DURATION_S {
+        return Err(format!("`{s}` is not a time between 0 and a year"));
+    }
+    Ok(Duration::from_secs_f64(v * scale))
 }
 
 impl ProbeArgs {
+    /// The trace the options ask for: its file (`dir` holds an unnamed one).
+    fn trace(&self, dir: &Path) -> Result<Option<TraceRequest>, Failure> {
+        let Some(path) = &self.trace else {
+            if let Some((f, _)) = self.export.iter().find(|(f, _)| {
+                matches!(f, Format::Chrome | Format::Flamechart | Format::Histogram | Format::Otf2)
+            }) {
+                return Err(format!("--export {}=… shows calls on a timeline: add --trace", f.name()).into());
+            }
+            return Ok(None);
+        };
+        let output = path.clone().unwrap_or_else(|| dir.join("trace.ptrace"));
+        papirus_formats::output::check_writable(&output)?;
+        Ok(Some(TraceRequest {
+            output,
+            functions: expand_globs(&self.trace_functions)?,
+            min_duration: self.trace_min_duration.unwrap_or_default(),
+            depth: self.trace_depth,
+            ring: self.trace_buffer,
+        }))
+    }
+
     /// The probe, its event names, the selection and the runtime library.
     fn parts(&self) -> Result<(session::Probe, Vec<String>, Selection, PathBuf), Failure> {
         let p = session::parse_probe(&self.probe)?;
@@ -156,11 +250,15 @@ const DEMO_SOURCE: &str = include_str!("demo.c");
 /// `papirus-probe demo`: builds the bundled example with gcc and runs it
 /// instrumented, as `run` would.
 pub fn demo(args: &Measure) -> Result<u8, Failure> {
-    // A fresh private directory (mkdtemp, mode 0700): nobody else can have
-    // put a source, a binary or a link in it before gcc writes there.
-    let dir = tempfile::Builder::new().prefix("papirus-probe-demo-").tempdir()?;
-    let exe = papirus_probe::session::cost::gcc(dir.path(), "probe_program", DEMO_SOURCE, &["-pthread"])
-        .map_err(|e| e.to_string())?;
+    // A fresh private directory: nobody else can have put a source, a
+    // binary or a link in it before gcc writes there.
+    let (dir, exe) = papirus_probe::session::cost::gcc_scratch(
+        "papirus-probe-demo-",
+        "probe_program",
+        DEMO_SOURCE,
+        &["-pthread"],
+    )
+    .map_err(|e| e.to_string())?;
     note(&format!("papirus-probe: built the demo program {} from the bundled source", exe.display()));
     let result = run(&RunArgs { measure: args.clone(), command: vec![exe.clone().into_os_string()] });
     drop(dir);
@@ -199,9 +297,32 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 /// `report` arguments.
 #[derive(Args, Debug)]
 pub struct ReportArgs {
-    /// A JSON report written by `run` or `attach` (`-o FILE`).
+    /// A JSON report written by `run` or `attach` (`-o FILE`), a trace file
+    /// (`--trace FILE`), or a region report of papirus' high-level API
+    /// (`papirus_PID.json`).
     file: PathBuf,
-    /// Only this thread (kernel thread id).
+    /// What to write: text (the report), json, chrome (Chrome trace JSON:
+    /// Perfetto, speedscope), folded (folded stacks), flamegraph (SVG),
+    /// flamechart (SVG of a trace's calls over time), histogram (SVG of
+    /// the calls a trace's run began per interval), tau (a TAU profile
+    /// directory: ParaProf, Hatchet), otf2 (an OTF2 archive directory:
+    /// Vampir; needs Debian's libopen-trace-format2-10).
+    #[arg(long, value_enum, default_value = "text")]
+    format: Format,
+    /// Write to PATH instead of stdout (a new directory for tau and otf2).
+    #[arg(long, short, value_name = "PATH")]
+    output: Option<PathBuf>,
+    /// Print each thread's call-path tree (text format).
+    #[arg(long)]
+    tree: bool,
+    /// With --tree: show this many levels.
+    #[arg(long, value_name = "N", requires = "tree")]
+    depth: Option<usize>,
+    /// Leave out tree nodes (--tree) and flame-graph frames whose inclusive
+    /// time is below this percentage of their thread's total.
+    #[arg(long, value_name = "PCT", default_value_t = 0.0, value_parser = parse_percent)]
+    threshold: f64,
+    /// Only this thread (kernel thread id; text format).
     #[arg(long)]
     thread: Option<u32>,
     #[command(flatten)]
@@ -214,23 +335,30 @@ pub struct ReportArgs {
     subtract_cost: bool,
 }
 
+/// A percentage from 0 to 100.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().trim_end_matches('%').parse().map_err(|_| format!("`{s}` is not a percentage"))?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("`{s}`: give a percentage from 0 to 100"));
+    }
+    Ok(v)
+}
+
 /// Where papirus-probe writes the JSON report: `-o FILE`, or a file in a
-/// private temporary directory that goes away with this value.
+/// private temporary directory that goes away with this value (which also
+/// holds a trace the user did not name).
 struct ReportFile {
     path: PathBuf,
-    /// Removed, with the report in it, when this value drops.
-    _dir: Option<tempfile::TempDir>,
+    /// The private directory, removed with what is in it when this value drops.
+    scratch: PathBuf,
+    _dir: tempfile::TempDir,
 }
 
 impl ReportFile {
     fn new(output: Option<&Path>) -> Result<ReportFile, Failure> {
-        Ok(match output {
-            Some(p) => ReportFile { path: p.to_path_buf(), _dir: None },
-            None => {
-                let dir = tempfile::Builder::new().prefix("papirus-probe-").tempdir()?;
-                ReportFile { path: dir.path().join("report.json"), _dir: Some(dir) }
-            }
-        })
+        let dir = tempfile::Builder::new().prefix("papirus-probe-").tempdir()?;
+        let path = output.map_or_else(|| dir.path().join("report.json"), Path::to_path_buf);
+        Ok(ReportFile { path, scratch: dir.path().to_path_buf(), _dir: dir })
     }
 }
 
@@ -310,6 +438,7 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     let (p, events, selection, runtime) = args.measure.probe.parts()?;
     let costs = load_costs(args.measure.probe.costs.as_deref())?;
     let file = ReportFile::new(args.measure.probe.output.as_deref())?;
+    let trace = args.measure.probe.trace(&file.scratch)?;
     let opts = RunOptions {
         probe: p,
         events,
@@ -319,14 +448,80 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         args: args.command[1..].to_vec(),
         runtime,
         per_thread: args.measure.probe.per_thread,
+        nodes: args.measure.probe.tree_nodes.unwrap_or(0),
+        trace: trace.clone(),
     };
     let s = session::run(&opts)?;
     let mut view = args.measure.view.view(None);
     let ended = if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() };
     view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
+    trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
     show(&file, costs, &args.measure.probe, view, args.measure.full)?;
+    let name = args.command[0].to_string_lossy().rsplit('/').next().unwrap_or_default().to_string();
+    export(&file, trace.as_ref(), &args.measure.probe.export, &name)?;
     status_of(s.exit)
+}
+
+/// The trace's figures as header notes.
+fn trace_notes(t: Option<&session::TraceSummary>, named: bool, view: &mut View) {
+    let Some(t) = t else { return };
+    let kept =
+        if named { format!("in {}", t.path.display()) } else { "not kept (--trace FILE keeps it)".into() };
+    view.notes.push(("trace".into(), format!("{} calls, {:.1} MB, {kept}", t.calls, t.bytes as f64 / 1e6)));
+    if t.lost > 0 {
+        view.notes.push((
+            "trace lost".into(),
+            format!(
+                "{} calls: rings filled before papirus-probe drained them (a larger --trace-buffer keeps them)",
+                t.lost
+            ),
+        ));
+    }
+}
+
+/// Writes each `--export FORMAT=PATH` from the report (and the trace).
+fn export(
+    file: &ReportFile,
+    trace: Option<&TraceRequest>,
+    exports: &[(Format, PathBuf)],
+    title: &str,
+) -> Result<(), Failure> {
+    if exports.is_empty() {
+        return Ok(());
+    }
+    let input = export::Input {
+        report: session::read_report(&file.path)?,
+        trace: trace.map(|t| session::read_trace(&t.output)).transpose()?,
+        regions: None,
+    };
+    let o = export::Options { view: View::default(), tree: None, threshold: 0.0, title: title.to_string() };
+    for (f, path) in exports {
+        write_format(&input, *f, Some(path), &o)?;
+        note(&format!("papirus-probe: {} written to {}", f.name(), path.display()));
+    }
+    Ok(())
+}
+
+/// One format to `dest` (a file, or a directory for tau and otf2) or stdout.
+fn write_format(
+    input: &export::Input,
+    f: Format,
+    dest: Option<&Path>,
+    o: &export::Options,
+) -> Result<(), Failure> {
+    match dest {
+        Some(dir) if f.is_directory() => export::write_dir(input, f, dir),
+        Some(path) => {
+            let bytes = export::render(input, f, o)?;
+            papirus_formats::output::write_atomic(path, &bytes)?;
+            Ok(())
+        }
+        None if f.is_directory() => {
+            Err(format!("the {} format is a directory: name one with -o DIR", f.name()).into())
+        }
+        None => output::stdout(&String::from_utf8_lossy(&export::render(input, f, o)?)),
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -369,6 +564,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     if duration.is_none() {
         note(&format!("papirus-probe: measuring pid {} until Ctrl-C", args.pid));
     }
+    let trace = args.measure.probe.trace(&file.scratch)?;
     let opts = AttachOptions {
         pid: args.pid,
         probe: p,
@@ -378,6 +574,8 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         duration,
         runtime,
         per_thread: args.measure.probe.per_thread,
+        nodes: args.measure.probe.tree_nodes.unwrap_or(0),
+        trace: trace.clone(),
     };
     let attached = session::attach(&opts, &STOP);
     let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
@@ -406,7 +604,9 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     };
     view.notes.push(("trampolines".into(), tramps));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
+    trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
     show(&file, costs, &args.measure.probe, view, args.measure.full)?;
+    export(&file, trace.as_ref(), &args.measure.probe.export, &format!("pid {}", args.pid))?;
     Ok(0)
 }
 
@@ -421,12 +621,18 @@ fn reraise(sig: Signal) -> ! {
     std::process::exit(128 + sig as i32)
 }
 
-/// `papirus-probe report`: the full report on stdout.
+/// `papirus-probe report`: the report (or another format) on stdout or in `-o PATH`.
 pub fn report(args: &ReportArgs) -> Result<u8, Failure> {
-    let r = session::read_report(&args.file)?;
+    let input = export::load(&args.file)?;
     let mut view = args.view.view(args.thread);
-    cost_view(load_costs(args.costs.as_deref())?, args.subtract_cost, &r, &mut view)?;
-    output::stdout(&session::format_report(&r, &view))?;
+    if args.format == Format::Text && input.regions.is_none() {
+        cost_view(load_costs(args.costs.as_deref())?, args.subtract_cost, &input.report, &mut view)?;
+    }
+    let threshold = args.threshold / 100.0;
+    let tree = args.tree.then_some(session::TreeView { depth: args.depth, threshold });
+    let title = args.file.file_name().map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let o = export::Options { view, tree, threshold, title };
+    write_format(&input, args.format, args.output.as_deref(), &o)?;
     Ok(0)
 }
 
