@@ -176,6 +176,8 @@ pub fn info(code: u32) -> Result<EventInfo, Code> {
             let p = preset(code).ok_or(Code::Enotpreset)?;
             let st = preset_status(p)?;
             fill(&mut info.symbol, p.name);
+            // papi_avail lists only presets whose categories match its filter.
+            info.event_type = p.categories.0;
             fill(&mut info.short_descr, p.short);
             fill(&mut info.long_descr, p.long);
             if let Some(def) = st.definition.as_ref().filter(|_| st.available) {

@@ -85,12 +85,13 @@ fn build_hw(hw: Option<&papirus_substrate::hwinfo::HwInfo>) -> HwInfo {
         };
         let slots = &mut h.mem_hierarchy.level[level].cache;
         if let Some(slot) = slots.iter_mut().find(|s| s.type_ == 0) {
+            let lines = c.size_bytes.checked_div(c.line_bytes).unwrap_or(0);
             *slot = MhCache {
                 type_: kind,
                 size: c_int::try_from(c.size_bytes).unwrap_or(c_int::MAX),
-                line_size: 0,
-                num_lines: 0,
-                associativity: 0,
+                line_size: c_int::try_from(c.line_bytes).unwrap_or(0),
+                num_lines: c_int::try_from(lines).unwrap_or(c_int::MAX),
+                associativity: c_int::try_from(c.ways).unwrap_or(0),
             };
         }
         levels = levels.max(level + 1);

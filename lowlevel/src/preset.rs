@@ -30,6 +30,8 @@ pub struct Preset {
     pub index: u32,
     /// `PAPI_TOT_CYC`.
     pub name: &'static str,
+    /// What it measures, by PAPI's categories (branch, cache, …).
+    pub categories: Categories,
     /// A short description (as `papi_avail` prints).
     pub short: &'static str,
     /// A longer description.
@@ -40,6 +42,43 @@ impl Preset {
     /// The event code, `0x80000000 | index`.
     pub fn code(&self) -> u32 {
         PRESET_MASK | self.index
+    }
+}
+
+/// PAPI's preset categories (`PAPI_PRESET_BIT_*`), a set: bit `n` is
+/// category `PAPI_PRESET_ENUM_*` number `n`, as `PAPI_event_info_t`'s
+/// `event_type` carries them and `papi_avail --br`, `--cache`, … filter.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Categories(pub u32);
+
+impl Categories {
+    /// Each category's name in `data/preset_list.csv` and its bit.
+    pub const NAMES: [(&'static str, u32); 12] = [
+        ("msc", 1 << 3),
+        ("ins", 1 << 4),
+        ("idl", 1 << 5),
+        ("br", 1 << 6),
+        ("cnd", 1 << 7),
+        ("mem", 1 << 8),
+        ("cach", 1 << 9),
+        ("l1", 1 << 10),
+        ("l2", 1 << 11),
+        ("l3", 1 << 12),
+        ("tlb", 1 << 13),
+        ("fp", 1 << 14),
+    ];
+
+    /// Parses space-separated category names; `None` on an unknown one.
+    pub fn parse(text: &str) -> Option<Categories> {
+        text.split_whitespace().try_fold(Categories(0), |acc, word| {
+            let bit = Self::NAMES.iter().find(|(n, _)| *n == word)?.1;
+            Some(Categories(acc.0 | bit))
+        })
+    }
+
+    /// The category names, in PAPI's order.
+    pub fn names(self) -> impl Iterator<Item = &'static str> {
+        Self::NAMES.iter().filter(move |(_, bit)| self.0 & bit != 0).map(|(n, _)| *n)
     }
 }
 
@@ -54,9 +93,11 @@ fn parse_list(text: &'static str) -> Vec<Preset> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
         .filter_map(|l| {
-            let mut f = l.splitn(4, ',');
+            let mut f = l.splitn(5, ',');
             let index = u32::from_str_radix(f.next()?.trim_start_matches("0x"), 16).ok()?;
-            Some(Preset { index, name: f.next()?, short: f.next()?, long: f.next()? })
+            let name = f.next()?;
+            let categories = Categories::parse(f.next()?)?;
+            Some(Preset { index, name, categories, short: f.next()?, long: f.next()? })
         })
         .collect()
 }
@@ -524,7 +565,14 @@ mod tests {
         for (i, e) in p.iter().enumerate() {
             assert_eq!(e.index as usize, i, "{} out of order", e.name);
             assert!(e.name.starts_with("PAPI_") && !e.short.is_empty() && !e.long.is_empty());
+            assert_ne!(e.categories, Categories(0), "{} has no category", e.name);
         }
+        // PAPI 7.0's categories (papi_common_strings.h).
+        let cats = |n: &str| preset_by_name(n).unwrap().categories.names().collect::<Vec<_>>();
+        assert_eq!(cats("PAPI_L1_ICM"), ["ins", "cach", "l1"]);
+        assert_eq!(cats("PAPI_BR_MSP"), ["br", "cnd"]);
+        assert_eq!(cats("PAPI_TOT_CYC"), ["msc"]);
+        assert_eq!(preset_by_name("PAPI_FP_OPS").unwrap().categories, Categories(1 << 14 | 1 << 4));
         // Spot checks against papiStdEventDefs.h.
         assert_eq!(preset_by_name("PAPI_L1_DCM").unwrap().code(), 0x8000_0000);
         assert_eq!(preset_by_name("PAPI_TOT_INS").unwrap().code(), 0x8000_0032);

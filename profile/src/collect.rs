@@ -19,7 +19,7 @@ use std::sync::Arc;
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Unwinder as _};
 use papirus_substrate::demangle::demangle;
-use papirus_substrate::elf::ElfFile;
+use papirus_substrate::elf::{DEBUG_ROOT, ElfFile};
 use papirus_substrate::input::{self, MODULE_LIMIT};
 use papirus_substrate::maps::{self, Mapping, Perms};
 use papirus_substrate::sample::{Comm, Mmap2, MmapFile, Record, Sample, Task, x86_regs};
@@ -326,13 +326,32 @@ impl Collector {
         MapEntry { range, name: m.name.clone(), module }
     }
 
+    /// Gives each stripped module the symbols of its separate debug file
+    /// under `root`, where one is installed. Done once recording ends, so
+    /// reading them never delays draining the rings.
+    fn add_debug_symbols(&mut self, root: &Path) {
+        let mut debug: HashMap<*const ElfFile, Option<Arc<ElfFile>>> = HashMap::new();
+        for e in self.spaces.iter_mut().flat_map(|s| s.entries.iter_mut()) {
+            let Some(module) = e.module.take() else { continue };
+            let elf: &ElfFile = module.elf();
+            let found = debug
+                .entry(elf as *const ElfFile)
+                .or_insert_with(|| elf.is_stripped().then(|| elf.debug_file(root).map(Arc::new)).flatten());
+            e.module = Some(match found {
+                Some(d) => module.with_debug_symbols(d.clone()),
+                None => module,
+            });
+        }
+    }
+
     /// Samples read so far.
     pub fn samples(&self) -> u64 {
         self.counts.values().map(|c| c.samples).sum()
     }
 
     /// Resolves every sampled address and returns what a recording keeps.
-    pub fn finish(self) -> Symbolized {
+    pub fn finish(mut self) -> Symbolized {
+        self.add_debug_symbols(Path::new(DEBUG_ROOT));
         let mut s = Symbolizer {
             c: &self,
             frames: Vec::new(),
@@ -460,8 +479,17 @@ impl Symbolizer<'_> {
         let Some(e) = before.iter().rev().chain(after).find(|e| e.range.contains(&addr)) else {
             return unknown;
         };
-        let name =
-            e.module.as_ref().and_then(|m| m.resolve(addr)).map(|r| demangle(&r.name).unwrap_or(r.name));
+        // A symbol version (`__libc_start_main@@GLIBC_2.34`) is not part of the name.
+        let unversioned = |n: String| match n.split_once('@') {
+            Some((base, _)) if !base.is_empty() => base.to_string(),
+            _ => n,
+        };
+        let name = e
+            .module
+            .as_ref()
+            .and_then(|m| m.resolve(addr))
+            .map(|r| unversioned(r.name))
+            .map(|n| demangle(&n).unwrap_or(n));
         // `[vdso]`, or `[libfoo.so]` for a file with no symbol there.
         let base = || match Path::new(&e.name).file_name() {
             _ if e.name.starts_with('[') => e.name.clone(),

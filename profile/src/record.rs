@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use papirus_substrate::attr::Kind;
+use papirus_substrate::attr::{Domain, Kind};
 use papirus_substrate::command::{Exit, StoppedCommand};
 use papirus_substrate::names;
 use papirus_substrate::ring::RingStats;
@@ -142,6 +142,12 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
     parser.symbols_in(Some(pid));
     let mut attr: EventAttr = parser.parse(name)?;
     attr.inherit(true);
+    // As perf record: without a modifier, kernel-mode samples too where
+    // the kernel allows them (root, CAP_PERFMON, paranoid ≤ 1).
+    let widened = attr.domain_value() == Domain::USER && !names_a_domain(name);
+    if widened {
+        attr.domain(USER_KERNEL);
+    }
     let trigger = trigger.unwrap_or(match attr.kind() {
         Kind::Breakpoint | Kind::Tracepoint => TriggerInfo::Period(1),
         _ => TriggerInfo::Frequency(DEFAULT_FREQUENCY),
@@ -183,11 +189,18 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
     if cpus.is_empty() {
         return Err(Error::Usage("no online CPU listed in /sys/devices/system/cpu/online".into()));
     }
-    let mut rings = Vec::with_capacity(cpus.len());
-    for &cpu in &cpus {
-        let sampler = Sampler::open_group(sys::kernel(), &attr, &sampling, &[], tids[0], cpu as i32)?;
-        rings.push(Ring { sampler, others: Vec::new(), hung_up: false });
-    }
+    let mut notes = Vec::new();
+    let mut rings = match open_rings(&attr, &sampling, tids[0], &cpus) {
+        Err(papirus_substrate::Error::Permission { paranoid, .. }) if widened => {
+            attr.domain(Domain::USER);
+            notes.push(format!(
+                "kernel.perf_event_paranoid={paranoid}: user-mode samples only (kernel-mode samples need root, \
+                 CAP_PERFMON or paranoid ≤ 1)"
+            ));
+            open_rings(&attr, &sampling, tids[0], &cpus)?
+        }
+        r => r?,
+    };
     let mut opened: Vec<i32> = vec![tids[0]];
     if let Target::Pid(_) = target {
         // Threads created while the events open are found by listing again.
@@ -306,7 +319,14 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
             },
             pid,
         },
-        event: EventInfo { name: name.into(), trigger, unit: unit.into(), call_graph: opts.call_graph },
+        event: EventInfo {
+            name: name.into(),
+            trigger,
+            unit: unit.into(),
+            call_graph: opts.call_graph,
+            domain: Some(domain_text(attr.domain_value())),
+        },
+        notes,
         start_unix_ns,
         duration_ns,
         exit,
@@ -317,6 +337,41 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
         stacks: s.stacks,
         samples: s.samples,
     })
+}
+
+/// perf's default domain for a sampling event: user and kernel mode.
+const USER_KERNEL: Domain = Domain { user: true, kernel: true, hypervisor: false };
+
+/// Whether `event` ends in perf's privilege modifiers (`:u`, `:uk`,
+/// `cpu/event=0x3c/u`), so its domain is the user's choice.
+fn names_a_domain(event: &str) -> bool {
+    let last = event.rsplit([':', '/']).next().unwrap_or("");
+    !last.is_empty() && last.chars().all(|c| "ukh".contains(c))
+}
+
+/// Names a domain as the report shows it.
+fn domain_text(d: Domain) -> String {
+    let modes: Vec<&str> = [(d.user, "user"), (d.kernel, "kernel"), (d.hypervisor, "hypervisor")]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+    modes.join("+")
+}
+
+/// One sampler, and so one ring, per CPU for thread `tid` (inherited by
+/// what it creates).
+fn open_rings(
+    attr: &EventAttr,
+    sampling: &Sampling,
+    tid: i32,
+    cpus: &[u32],
+) -> Result<Vec<Ring>, papirus_substrate::Error> {
+    cpus.iter()
+        .map(|&cpu| {
+            let sampler = Sampler::open_group(sys::kernel(), attr, sampling, &[], tid, cpu as i32)?;
+            Ok(Ring { sampler, others: Vec::new(), hung_up: false })
+        })
+        .collect()
 }
 
 /// Waits until a ring wakes the tool, the target ends, the poll interval
@@ -390,5 +445,17 @@ mod tests {
         assert_eq!(split_period("cpu/event=0x3c/").unwrap(), ("cpu/event=0x3c/", None));
         assert_eq!(split_period("mem:main:x").unwrap(), ("mem:main:x", None));
         assert!(split_period("task-clock/0").is_err());
+    }
+
+    #[test]
+    fn only_modifiers_name_a_domain() {
+        for e in ["task-clock:u", "cycles:uk", "cpu/event=0x3c/u", "page-faults:k"] {
+            assert!(names_a_domain(e), "{e}");
+        }
+        for e in ["task-clock", "msr/tsc/", "mem:main:x", "syscalls:sys_enter_write", "cpu/event=0x3c/"] {
+            assert!(!names_a_domain(e), "{e}");
+        }
+        assert_eq!(domain_text(USER_KERNEL), "user+kernel");
+        assert_eq!(domain_text(Domain::USER), "user");
     }
 }

@@ -40,6 +40,10 @@ pub struct Recording {
     pub exit: Option<ExitInfo>,
     /// What the ring buffers saw, lost samples included.
     pub rings: RingInfo,
+    /// What the user should know about how the recording was taken (a
+    /// domain narrowed for lack of privilege, …).
+    #[serde(default)]
+    pub notes: Vec<String>,
     /// Module files that could not be read (their samples show the module only).
     pub unreadable_modules: Vec<Unreadable>,
     /// Every thread seen.
@@ -72,6 +76,9 @@ pub struct EventInfo {
     pub unit: String,
     /// How call chains were recorded.
     pub call_graph: CallGraph,
+    /// The modes sampled: `user`, `user+kernel`, … (absent in older recordings).
+    #[serde(default)]
+    pub domain: Option<String>,
 }
 
 /// How call chains are recorded (`-g`, `--call-graph`).

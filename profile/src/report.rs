@@ -87,19 +87,32 @@ fn trigger_text(r: &Recording) -> String {
     }
 }
 
+/// A command line on one line: an argument with spaces, quotes or control
+/// characters (`python3 -c SCRIPT`) is quoted with its escapes shown.
+fn command_line(c: &[String]) -> String {
+    let plain =
+        |a: &String| !a.is_empty() && a.chars().all(|c| c.is_alphanumeric() || "_-./=:,+@%".contains(c));
+    let words: Vec<String> = c.iter().map(|a| if plain(a) { a.clone() } else { format!("{a:?}") }).collect();
+    words.join(" ")
+}
+
 fn target_text(r: &Recording) -> String {
-    match (&r.target.command, &r.exit) {
+    let command = r.target.command.as_deref().map(command_line);
+    match (command, &r.exit) {
         (Some(c), Some(e)) => {
             let how = match e.signal {
                 Some(s) => format!("killed by signal {s}"),
                 None => format!("exit status {}", e.code),
             };
-            format!("command: {} (pid {}, {how})", c.join(" "), r.target.pid)
+            format!("command: {c} (pid {}, {how})", r.target.pid)
         }
-        (Some(c), None) => format!("command: {} (pid {})", c.join(" "), r.target.pid),
+        (Some(c), None) => format!("command: {c} (pid {})", r.target.pid),
         (None, _) => format!("process: {}", r.target.pid),
     }
 }
+
+/// Threads listed in a report's header, the busiest first.
+const HEADER_THREADS: usize = 16;
 
 /// The `# …` lines every text report starts with: target, event, samples
 /// and losses, threads.
@@ -112,7 +125,8 @@ pub fn header(r: &Recording) -> String {
         CallGraph::Fp => ", call chains (frame pointers)",
         CallGraph::Dwarf => ", call chains (DWARF unwinding of user stack copies)",
     };
-    let _ = writeln!(s, "# event: {}, {}{chains}", r.event.name, trigger_text(r));
+    let domain = r.event.domain.as_deref().map(|d| format!(" ({d})")).unwrap_or_default();
+    let _ = writeln!(s, "# event: {}{domain}, {}{chains}", r.event.name, trigger_text(r));
     let _ = writeln!(
         s,
         "# {} samples, weight {total} {}, in {:.3} s",
@@ -129,6 +143,9 @@ pub fn header(r: &Recording) -> String {
     if ri.parse_errors > 0 {
         let _ = writeln!(s, "# {} records did not parse and were skipped", ri.parse_errors);
     }
+    for n in &r.notes {
+        let _ = writeln!(s, "# note: {n}");
+    }
     for u in &r.unreadable_modules {
         let _ = writeln!(s, "# unreadable module {}: {}", u.path, u.reason);
     }
@@ -136,9 +153,17 @@ pub fn header(r: &Recording) -> String {
     for x in &r.samples {
         *per_thread.entry((x.pid, x.tid)).or_default() += x.count;
     }
+    // A server's thread per request would bury the profile: the busiest only.
+    let mut threads: Vec<((u32, u32), u64)> = per_thread.into_iter().collect();
+    threads.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     let _ = writeln!(s, "#\n# {:>8} {:>8}  {:<16} {:>10}", "pid", "tid", "comm", "samples");
-    for ((pid, tid), n) in per_thread {
+    for &((pid, tid), n) in threads.iter().take(HEADER_THREADS) {
         let _ = writeln!(s, "# {pid:>8} {tid:>8}  {:<16} {n:>10}", r.comm(tid));
+    }
+    if let Some(rest) = threads.get(HEADER_THREADS..).filter(|t| !t.is_empty()) {
+        let n: u64 = rest.iter().map(|t| t.1).sum();
+        let _ =
+            writeln!(s, "# {:>8} more threads with {n} samples (--sort tid lists every thread)", rest.len());
     }
     s
 }
@@ -248,8 +273,9 @@ fn call_graph(r: &Recording, total: u64, limit: f64, s: &mut String) {
                 continue;
             }
             let frame = &r.frames[f as usize];
-            let _ =
-                writeln!(s, "{:>7.2}%  {}{}  [{}]", p, "  ".repeat(depth), frame.name, module_name(frame));
+            let module = module_name(frame);
+            let module = if module.starts_with('[') { module.to_string() } else { format!("[{module}]") };
+            let _ = writeln!(s, "{:>7.2}%  {}{}  {module}", p, "  ".repeat(depth), frame.name);
             walk(r, child, depth + 1, total, limit, s);
         }
     }
@@ -310,4 +336,72 @@ pub fn write_pprof(r: &Recording, out: impl Write) -> io::Result<()> {
         b.add(&frames, &[x.count as i64, x.weight as i64], &labels).map_err(io::Error::other)?;
     }
     b.write_gz(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recording::{EventInfo, RingInfo, SampleCount, TargetInfo, Thread};
+
+    /// A server's recording: `threads` threads, each with one sample in
+    /// `[unknown]` → `handle`.
+    fn server(threads: u32) -> Recording {
+        let frame =
+            |name: &str, module: &str| Frame { name: name.into(), module: module.into(), kernel: false };
+        Recording {
+            format: crate::recording::FORMAT.into(),
+            format_version: crate::recording::FORMAT_VERSION,
+            target: TargetInfo { command: None, pid: 100 },
+            event: EventInfo {
+                name: "task-clock".into(),
+                trigger: TriggerInfo::Frequency(1000),
+                unit: "ns".into(),
+                call_graph: CallGraph::Fp,
+                domain: Some("user+kernel".into()),
+            },
+            start_unix_ns: 0,
+            duration_ns: 1_000_000_000,
+            exit: None,
+            rings: RingInfo::default(),
+            notes: vec!["a note".into()],
+            unreadable_modules: Vec::new(),
+            threads: (0..threads).map(|i| Thread { pid: 100, tid: 100 + i, comm: "srv".into() }).collect(),
+            frames: vec![frame("[unknown]", "[unknown]"), frame("handle", "/usr/bin/srv")],
+            stacks: vec![vec![0, 1]],
+            samples: (0..threads)
+                .map(|i| SampleCount { pid: 100, tid: 100 + i, stack: 0, count: 1 + u64::from(i), weight: 1 })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_header_lists_the_busiest_threads_only() {
+        let t = text(&server(40), &ReportOptions::default());
+        assert!(t.contains("# event: task-clock (user+kernel), 1000 Hz"), "{t}");
+        assert!(t.contains("# note: a note"), "{t}");
+        let listed: Vec<&str> = t.lines().filter(|l| l.starts_with("# ") && l.contains(" srv ")).collect();
+        assert_eq!(listed.len(), HEADER_THREADS, "{t}");
+        assert!(listed[0].contains(" 139 ") && listed[0].trim_end().ends_with(" 40"), "busiest first: {t}");
+        let rest: u64 = (1..=24).sum();
+        assert!(t.contains(&format!("# {:>8} more threads with {rest} samples", 24)), "{t}");
+        // A pseudo-module keeps its own brackets in the call graph.
+        assert!(t.contains("[unknown]  [unknown]\n") && !t.contains("[[unknown]]"), "{t}");
+        assert!(t.contains("handle  [srv]"), "{t}");
+        let few = text(&server(3), &ReportOptions::default());
+        assert!(!few.contains("more threads"), "{few}");
+    }
+
+    #[test]
+    fn a_command_line_stays_on_its_header_line() {
+        let mut r = server(1);
+        let args = ["python3", "-c", "import os\nprint(os.getpid())", "", "a b", "x=1"];
+        r.target.command = Some(args.iter().map(|a| a.to_string()).collect());
+        let t = text(&r, &ReportOptions::default());
+        let first = t.lines().next().unwrap();
+        assert_eq!(
+            first, r#"# command: python3 -c "import os\nprint(os.getpid())" "" "a b" x=1 (pid 100)"#,
+            "{t}"
+        );
+        assert!(t.lines().nth(1).unwrap().starts_with("# event: "), "{t}");
+    }
 }

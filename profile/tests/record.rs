@@ -119,6 +119,13 @@ fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
         .opt("-O2")
         .args(["-fomit-frame-pointer", "-fno-inline", "-pthread"])
         .build(dir.path(), "profile_hot");
+    // Debian's detached libc symbols name libc's local functions, as perf does with them.
+    let libc = papirus_substrate::elf::ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let debug_root = Path::new(papirus_substrate::elf::DEBUG_ROOT);
+    let libc_dbg = papirus_testkit::debian_package("libc6-dbg", || libc.debug_file(debug_root).is_some());
+    if let Err(e) = &libc_dbg {
+        papirus_testkit::skip(format!("libc's debug symbols (libc6-dbg): {e}"));
+    }
     let opts = Options {
         call_graph: CallGraph::Dwarf,
         trigger: Some(TriggerInfo::Frequency(1000)),
@@ -136,7 +143,57 @@ fn dwarf_unwinding_gives_whole_chains_without_frame_pointers() {
             // Through the program and libc's own unwind tables, up to the entry point.
             assert_eq!(names.first(), Some(&"_start"), "{names:?}");
             assert!(names.ends_with(&["main", "run", names.last().unwrap()]), "{names:?}");
+            if libc_dbg.is_ok() {
+                assert!(names.contains(&"__libc_start_call_main"), "a local symbol of libc: {names:?}");
+                // The debug file's `.symtab` spells `__libc_start_main@@GLIBC_2.34`.
+                assert!(names.contains(&"__libc_start_main"), "without its version: {names:?}");
+            }
         }
     }
     assert!(hot * 10 >= total * 9, "{hot} of {total} samples in hot functions: {:?}", leaves(&r));
+}
+
+#[test]
+fn a_debug_files_aliases_resolve_to_the_exported_name() {
+    let libc = papirus_substrate::elf::ElfFile::open("/lib/x86_64-linux-gnu/libc.so.6").unwrap();
+    let root = Path::new(papirus_substrate::elf::DEBUG_ROOT);
+    if let Err(e) = papirus_testkit::debian_package("libc6-dbg", || libc.debug_file(root).is_some()) {
+        papirus_testkit::skip(format!("libc's debug symbols (libc6-dbg): {e}"));
+        return;
+    }
+    let debug = libc.debug_file(root).unwrap();
+    // Its .symtab holds __GI___libc_malloc and __malloc (local), __libc_malloc and malloc there.
+    let malloc = libc.functions().find(|s| s.name == "malloc").unwrap().address;
+    assert_eq!(debug.function_at(malloc).unwrap().name, "malloc");
+}
+
+#[test]
+fn samples_kernel_mode_too_unless_a_modifier_says_user() {
+    // dd copies one byte per read(2) and write(2): most of its time is in the kernel.
+    let dd = command(&[&"dd", &"if=/dev/zero", &"of=/dev/null", &"bs=1", &"count=300000"]);
+    let kernel_share = |event: &str| {
+        let opts = Options {
+            event: event.into(),
+            trigger: Some(TriggerInfo::Frequency(2000)),
+            ..Options::default()
+        };
+        let r = record(&dd, &opts).unwrap();
+        let kernel: u64 = r
+            .samples
+            .iter()
+            .filter(|s| r.stack(s.stack).last().is_some_and(|f| f.kernel))
+            .map(|s| s.count)
+            .sum();
+        (r.event.domain.clone().unwrap(), r.notes.clone(), kernel, r.total_samples())
+    };
+    let (domain, notes, kernel, total) = kernel_share("task-clock");
+    if rustix::process::geteuid().is_root() {
+        assert_eq!(domain, "user+kernel", "as perf record: {notes:?}");
+        assert!(total >= 20 && kernel * 4 >= total, "{kernel} of {total} samples in the kernel");
+    } else {
+        assert_eq!(domain, "user", "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("perf_event_paranoid")), "{notes:?}");
+    }
+    let (domain, notes, kernel, total) = kernel_share("task-clock:u");
+    assert_eq!((domain.as_str(), notes.len(), kernel), ("user", 0, 0), "{total} samples");
 }

@@ -329,6 +329,17 @@ impl ElfFile {
         self.build_id.as_ref().map(|b| b.iter().map(|x| format!("{x:02x}")).collect())
     }
 
+    /// This file's separate debug file under `root` (normally
+    /// [`DEBUG_ROOT`]): `ROOT/.build-id/ab/cdef….debug`, where gdb and perf
+    /// find the symbols Debian's `-dbg` and `-dbgsym` packages install for
+    /// stripped files. `None` unless it is there and has the same build-id.
+    pub fn debug_file(&self, root: &Path) -> Option<ElfFile> {
+        let id = self.build_id_hex().filter(|h| h.len() > 2)?;
+        let path = root.join(".build-id").join(&id[..2]).join(format!("{}.debug", &id[2..]));
+        let debug = ElfFile::open(path).ok()?;
+        (debug.build_id() == self.build_id()).then_some(debug)
+    }
+
     /// Whether `.symtab` is absent (`strip`ped): only `.dynsym` symbols are known.
     pub fn is_stripped(&self) -> bool {
         !self.has_symtab
@@ -477,9 +488,22 @@ impl ElfFile {
     /// The function whose range contains link-time address `vaddr` (or that
     /// starts exactly there, for size-0 symbols).
     pub fn function_at(&self, vaddr: u64) -> Option<&Symbol> {
-        self.functions().filter(|s| s.address == vaddr || s.range().contains(&vaddr)).min_by_key(|s| s.size)
+        self.functions()
+            .filter(|s| s.address == vaddr || s.range().contains(&vaddr))
+            .min_by_key(|s| (s.size, alias_rank(s)))
     }
 }
+
+/// Orders aliases of one function as perf does, the best first: strong
+/// before weak, global before local, fewer leading underscores, longer
+/// name (`malloc`, not `__GI___libc_malloc` or `__libc_malloc`).
+fn alias_rank(s: &Symbol) -> (bool, bool, usize, std::cmp::Reverse<usize>) {
+    let underscores = s.name.len() - s.name.trim_start_matches('_').len();
+    (s.binding == Binding::Weak, s.binding == Binding::Local, underscores, std::cmp::Reverse(s.name.len()))
+}
+
+/// Where distributions install separate debug files, by build-id.
+pub const DEBUG_ROOT: &str = "/usr/lib/debug";
 
 /// Largest file [`ElfFile::open`] reads: far above any real executable or
 /// library, far below what a sparse file can claim.
@@ -854,6 +878,23 @@ fn indirect_jump_slot(entry: &[u8], address: u64) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_debug_file_is_found_by_build_id_and_must_carry_it() {
+        // Debian builds its binaries with a build-id.
+        let exe = ElfFile::open("/bin/true").unwrap();
+        let id = exe.build_id_hex().unwrap();
+        let root = tempfile::tempdir().unwrap();
+        assert!(exe.debug_file(root.path()).is_none(), "nothing installed");
+        let dir = root.path().join(".build-id").join(&id[..2]);
+        std::fs::create_dir_all(&dir).unwrap();
+        let at = dir.join(format!("{}.debug", &id[2..]));
+        std::fs::copy("/bin/true", &at).unwrap();
+        assert_eq!(exe.debug_file(root.path()).unwrap().build_id(), exe.build_id());
+        // Another file at that name (another build) is not taken.
+        std::fs::copy("/bin/false", &at).unwrap();
+        assert!(exe.debug_file(root.path()).is_none());
+    }
 
     #[test]
     fn closest_names() {

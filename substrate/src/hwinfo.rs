@@ -28,6 +28,10 @@ pub struct Cache {
     pub size_bytes: u64,
     /// How many CPUs share one instance.
     pub shared_by_cpus: usize,
+    /// Line size in bytes (`coherency_line_size`; 0 when not exposed).
+    pub line_bytes: u64,
+    /// Associativity in ways (`ways_of_associativity`; 0 when not exposed).
+    pub ways: u32,
 }
 
 /// The hypervisor, if any.
@@ -217,7 +221,15 @@ impl HwInfo {
                 continue;
             };
             let shared_by_cpus = read_trim(&d.join("shared_cpu_list")).map_or(1, |s| cpus_of(&s).len());
-            caches.push(Cache { level, kind, size_bytes: size, shared_by_cpus });
+            let number = |f: &str| read_trim(&d.join(f)).and_then(|s| s.parse().ok()).unwrap_or(0);
+            caches.push(Cache {
+                level,
+                kind,
+                size_bytes: size,
+                shared_by_cpus,
+                line_bytes: number("coherency_line_size"),
+                ways: number("ways_of_associativity") as u32,
+            });
         }
 
         let pmu_dir = sys.join("bus/event_source/devices");
@@ -324,7 +336,13 @@ impl fmt::Display for HwInfo {
             row(
                 f,
                 &format!("L{} {}", c.level, c.kind.to_lowercase()),
-                format!("{} (shared by {} cpus)", human_size(c.size_bytes), c.shared_by_cpus),
+                format!(
+                    "{}{}{} (shared by {} cpus)",
+                    human_size(c.size_bytes),
+                    if c.line_bytes > 0 { format!(", {} B lines", c.line_bytes) } else { String::new() },
+                    if c.ways > 0 { format!(", {}-way", c.ways) } else { String::new() },
+                    c.shared_by_cpus
+                ),
             )?;
         }
         let tsc = match (self.clock.tsc_hz, self.clock.method) {
@@ -396,6 +414,8 @@ mod tests {
             write(root, &format!("{d}/type"), &format!("{kind}\n"));
             write(root, &format!("{d}/size"), &format!("{size}\n"));
             write(root, &format!("{d}/shared_cpu_list"), &format!("{shared}\n"));
+            write(root, &format!("{d}/coherency_line_size"), "64\n");
+            write(root, &format!("{d}/ways_of_associativity"), &format!("{}\n", 4 << level));
         }
         for (pmu, t) in [("software", 1), ("tracepoint", 2), ("breakpoint", 5)] {
             write(root, &format!("sys/bus/event_source/devices/{pmu}/type"), &format!("{t}\n"));
@@ -413,7 +433,14 @@ mod tests {
         assert_eq!(h.caches.len(), 3);
         assert_eq!(
             h.caches[0],
-            Cache { level: 1, kind: "Data".into(), size_bytes: 48 * 1024, shared_by_cpus: 2 }
+            Cache {
+                level: 1,
+                kind: "Data".into(),
+                size_bytes: 48 * 1024,
+                shared_by_cpus: 2,
+                line_bytes: 64,
+                ways: 8
+            }
         );
         assert_eq!(h.caches[2].size_bytes, 32 << 20);
         assert_eq!(h.counters.general_purpose, 0);

@@ -28,6 +28,7 @@ pub struct Module {
     /// Added to a link-time address, gives the run-time address.
     pub bias: u64,
     elf: Arc<ElfFile>,
+    debug: Option<Arc<ElfFile>>,
 }
 
 impl Module {
@@ -35,7 +36,14 @@ impl Module {
     /// load segment of the file covers that offset.
     pub fn new(path: PathBuf, range: Range<u64>, offset: u64, elf: Arc<ElfFile>) -> Option<Module> {
         let bias = elf.load_bias(range.start, offset)?;
-        Some(Module { path, range, bias, elf })
+        Some(Module { path, range, bias, elf, debug: None })
+    }
+
+    /// Resolves names in `debug` first: the file's separate debug symbols
+    /// ([`ElfFile::debug_file`]), at the same link-time addresses.
+    pub fn with_debug_symbols(mut self, debug: Arc<ElfFile>) -> Module {
+        self.debug = Some(debug);
+        self
     }
 
     /// The parsed file.
@@ -49,7 +57,9 @@ impl Module {
         if !self.range.contains(&addr) {
             return None;
         }
-        let s = self.elf.function_at(addr.wrapping_sub(self.bias))?;
+        let vaddr = addr.wrapping_sub(self.bias);
+        let s =
+            self.debug.as_ref().and_then(|d| d.function_at(vaddr)).or_else(|| self.elf.function_at(vaddr))?;
         let start = s.address.wrapping_add(self.bias);
         Some(Resolved {
             module: self.path.clone(),

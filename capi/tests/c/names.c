@@ -47,6 +47,8 @@ int main(void) {
         presets++;
         available += a;
         if (q != a || (info.count > 0) != a) disagree++;
+        /* Its categories, which papi_avail --br, --cache, ... filter by. */
+        printf("kv event_type_%s 0x%x\n", info.symbol, info.event_type);
     } while (PAPI_enum_event(&code, PAPI_ENUM_EVENTS) == PAPI_OK);
     KV("presets", "%d", presets);
     KV("query_add_disagree", "%d", disagree);

@@ -87,6 +87,10 @@
 //!   folded into its process record's tree at thread exit. The ring and
 //!   [`slot::TRACE_GEN`] are not reset: the next thread goes on writing
 //!   after the last record, under the next generation.
+//! - [`slot::OUTSIDE`] is stored (Relaxed, fenced against the compiler)
+//!   by the slot's thread just before and after a hook's call out of the
+//!   runtime; the tool reads it only while that thread is stopped, so it
+//!   sees the thread's last store.
 //! - A process record's tree is written under [`proc::LOCK`] (a
 //!   compare-exchange spin lock taken on thread exit only) and bracketed by
 //!   [`proc::SEQ`] like a slot.
@@ -198,6 +202,13 @@ pub mod slot {
     /// Generation of the slot's current thread in its trace records (bumped
     /// at each claim, never reset).
     pub const TRACE_GEN: usize = 17;
+    /// 1 while a hook of this thread runs code outside the runtime (the
+    /// counters reader opening its group or reading it with `read(2)`, in
+    /// libc) and will write the slot again when that returns: its PC may
+    /// lie in libc meanwhile. Written by the owner (Relaxed; the tool reads
+    /// it with the thread stopped); the tool ends a session only while it is
+    /// 0 in every live slot, as it waits for [`super::proc::COLD`].
+    pub const OUTSIDE: usize = 18;
     /// First word of the runtime's private words (addresses in the target
     /// that only the runtime uses; the tool never reads them).
     pub const PRIVATE: usize = 20;

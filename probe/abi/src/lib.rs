@@ -55,13 +55,6 @@ pub const DEFAULT_RING: u64 = 1 << 18;
 /// Largest session blob the runtime reads.
 pub const SESSION_MAX_BYTES: usize = 64 << 10;
 
-/// Ranges in the runtime's record of trampoline pages papirus-probe left
-/// mapped at a detach (`papirus_probe_kept`): each three words, start, end
-/// and an FNV-1a hash of the bytes, all zero when unused. Only the tool
-/// reads and writes the record; the next attach checks those pages again
-/// and unmaps them when nothing can return into them.
-pub const KEPT_RANGES: usize = 64;
-
 /// The session blob (JSON) the tool writes into the target: attributes only,
 /// never names or paths.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -176,12 +176,22 @@ impl<'a> Segment<'a> {
     }
 
     /// Threads of process record `record` inside the runtime's cold paths
-    /// ([`proc::COLD`]); 0 for a record past the end.
+    /// ([`proc::COLD`]) or in a hook's call out of the runtime
+    /// ([`slot::OUTSIDE`] of its live slots); 0 for a record past the end.
     pub fn cold(&self, record: u32) -> u64 {
-        if u64::from(record) >= self.g.shape.procs {
+        let g = &self.g;
+        if u64::from(record) >= g.shape.procs {
             return 0;
         }
-        self.at(self.g.proc_at(u64::from(record)) + proc::COLD as u64)
+        let outside = (0..g.shape.slots)
+            .map(|i| g.slot_at(i))
+            .filter(|&at| {
+                self.at(at + slot::STATE as u64) == slot::LIVE
+                    && self.at(at + slot::PROC as u64) == u64::from(record)
+                    && self.at(at + slot::OUTSIDE as u64) != 0
+            })
+            .count() as u64;
+        self.at(g.proc_at(u64::from(record)) + proc::COLD as u64) + outside
     }
 
     /// Copies the words of `ranges` (start, length; inside the segment)

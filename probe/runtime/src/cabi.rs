@@ -10,9 +10,7 @@
 //! neither writes there.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::AtomicU64;
-
-use papirus_probe_abi::{KEPT_RANGES, SESSION_MAX_BYTES, Session, SetupCode};
+use papirus_probe_abi::{SESSION_MAX_BYTES, Session, SetupCode};
 
 /// Starts a session from the [`Session`] blob at `blob` (`len` bytes).
 /// Returns the results segment's memfd (≥ 0) or a negative
@@ -43,17 +41,6 @@ pub unsafe extern "C" fn papirus_probe_setup(blob: *const u8, len: usize) -> i64
 #[unsafe(no_mangle)]
 pub extern "C" fn papirus_probe_teardown() -> i64 {
     crate::teardown()
-}
-
-/// The record of trampoline pages papirus-probe left mapped at a detach
-/// (see [`KEPT_RANGES`]): the tool writes and reads it across its attaches;
-/// the runtime never touches it.
-static KEPT: [AtomicU64; 3 * KEPT_RANGES] = [const { AtomicU64::new(0) }; 3 * KEPT_RANGES];
-
-/// The address of the record of trampoline pages left mapped (see [`KEPT_RANGES`]).
-#[unsafe(no_mangle)]
-pub extern "C" fn papirus_probe_kept() -> u64 {
-    KEPT.as_ptr() as u64
 }
 
 /// In-process use (papirus' calibration loads the library and patches its

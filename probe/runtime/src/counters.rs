@@ -69,7 +69,17 @@ const REGISTER: u64 = 1;
 
 extern "C" fn cold_inner(t: *const Thread, what: u64) {
     match what {
-        READ => read_inner(t),
+        READ => {
+            // SAFETY: the wrapper passes the calling thread's live tables.
+            let outside = unsafe { &(*t).outside };
+            // The first read opens the group and allocates; reads without a
+            // user-space path call read(2): in libc, then back to the slot.
+            outside.set(1);
+            core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+            read_inner(t);
+            core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+            outside.set(0);
+        }
         _ => crate::state::register_thread_exit(),
     }
 }

@@ -21,13 +21,19 @@
 //! runtime creates the results segment (a sealed memfd,
 //! [`papirus_probe_abi::layout`]) and lays every thread's tables in it. The
 //! tool maps the same memfd and writes every report itself. At detach the
-//! tool calls [`cabi::papirus_probe_teardown`], which unmaps the segment.
+//! tool calls [`cabi::papirus_probe_teardown`], which unmaps the segment,
+//! and then gives back its `dlopen` reference: nothing here keeps the
+//! loader from unloading the library (no thread-local destructor, no Rust
+//! thread-local with one, no `atexit`; the `pthread_atfork` handlers go
+//! with the library).
 //!
-//! A thread's slot is recycled when the thread ends (a thread-local
-//! destructor registered on its first instrumented call): its open frames are
-//! closed as unwound, its tree folded into its process' tree of exited
-//! threads, so memory grows with distinct paths, not with threads. A forked child takes a process record and a slot of its own
-//! (`pthread_atfork`), keeping the forking thread's open frames.
+//! A thread's slot is recycled when the thread ends (the destructor of a
+//! pthread key the session creates, set on the thread's first instrumented
+//! call; teardown deletes the key): its open frames are closed as unwound,
+//! its tree folded into its process' tree of exited threads, so memory grows
+//! with distinct paths, not with threads. A forked child takes a process
+//! record and a slot of its own (`pthread_atfork`), keeping the forking
+//! thread's open frames.
 //!
 //! # Caveats
 //!

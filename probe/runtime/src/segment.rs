@@ -72,13 +72,21 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
     state::PROCESS.store(0, Ordering::Relaxed);
     state::FLAT.set(&g, trace_min, trace_depth, trace_funcs);
     state::PER_THREAD.store(s.per_thread, Ordering::Relaxed);
+    state::create_exit_key();
     state::BASE.store(base, Ordering::Release);
     EPOCH.fetch_add(1, Ordering::AcqRel);
     crate::set_probe(s.probe);
     static ATFORK: Once = Once::new();
     ATFORK.call_once(|| {
-        // SAFETY: registers plain functions of this library, which stays loaded.
-        unsafe { libc::pthread_atfork(Some(state::before_fork), None, Some(state::after_fork_child)) };
+        // SAFETY: registers plain functions of this library; glibc drops them
+        // when the library is unloaded (the registration names this library).
+        unsafe {
+            libc::pthread_atfork(
+                Some(state::before_fork),
+                Some(state::after_fork_parent),
+                Some(state::after_fork_child),
+            )
+        };
     });
     Ok(fd)
 }
@@ -130,6 +138,7 @@ pub fn teardown() -> i64 {
     let Some(seg) = Seg::current() else { return 0 };
     state::BASE.store(0, Ordering::Release);
     EPOCH.fetch_add(1, Ordering::AcqRel);
+    state::delete_exit_key();
     OWNER.store(0, Ordering::Relaxed);
     // SAFETY: the session's own mapping, no longer reachable (BASE is 0, every TLS epoch stale).
     unsafe { libc::munmap(seg.words().as_ptr() as *mut libc::c_void, seg.g.total_words as usize * 8) };

@@ -31,7 +31,7 @@
 #![allow(unsafe_code)]
 
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
-use std::cell::RefCell;
+use std::cell::Cell;
 
 use papirus_probe_abi::layout::{
     self, Geometry, INDEX_PROBES, NO_NODE, ROOT_LINK, Shape, entry, hdr, node, proc, record, slot,
@@ -195,7 +195,9 @@ pub(crate) struct Thread {
     nodes_used: AtomicU64,
     trace_head: AtomicU64,
     trace_gen: AtomicU64,
-    _public: [AtomicU64; 2],
+    /// A hook of this thread is in a call out of the runtime ([`slot::OUTSIDE`]).
+    pub outside: AtomicU64,
+    _public: [AtomicU64; 1],
     // Private words: the runtime's own, in bytes from the slot or addresses in this process.
     nfuncs: AtomicU64,
     nodes_max: AtomicU64,
@@ -231,6 +233,7 @@ const _: () = {
     assert!(offset_of!(Thread, nodes_used) == slot::NODES_USED * 8);
     assert!(offset_of!(Thread, trace_head) == slot::TRACE_HEAD * 8);
     assert!(offset_of!(Thread, trace_gen) == slot::TRACE_GEN * 8);
+    assert!(offset_of!(Thread, outside) == slot::OUTSIDE * 8);
     assert!(offset_of!(Thread, nfuncs) == slot::PRIVATE * 8);
     assert!(size_of::<Node>() == layout::NODE_WORDS as usize * 8);
     assert!(offset_of!(Node, link) == node::LINK * 8);
@@ -603,34 +606,47 @@ impl Drop for Cold {
     }
 }
 
-unsafe extern "C" {
-    /// glibc's registration of a thread-local destructor (what C++ `thread_local` uses).
-    fn __cxa_thread_atexit_impl(
-        dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
-        obj: *mut core::ffi::c_void,
-        dso: *mut core::ffi::c_void,
-    ) -> i32;
-    static __dso_handle: u8;
+/// The session's thread-exit key (`pthread_key_t` + 1; 0: none): a key, not
+/// a thread-local destructor (`__cxa_thread_atexit_impl`), because glibc
+/// never unloads a library a pending thread-local destructor points into,
+/// and a key is gone with [`delete_exit_key`].
+static EXIT_KEY: AtomicU64 = AtomicU64::new(0);
+
+/// Creates the session's thread-exit key (set-up); without one, no slot is recycled.
+pub(crate) fn create_exit_key() {
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is a live local; the destructor is a function of this library.
+    if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } == 0 {
+        EXIT_KEY.store(u64::from(key) + 1, Ordering::Release);
+    }
+}
+
+/// Deletes the session's thread-exit key (teardown): threads that end from
+/// now on call nothing of this library.
+pub(crate) fn delete_exit_key() {
+    let key = EXIT_KEY.swap(0, Ordering::AcqRel);
+    if key != 0 {
+        // SAFETY: a key this library created and has not deleted (swapped out above).
+        unsafe { libc::pthread_key_delete((key - 1) as libc::pthread_key_t) };
+    }
 }
 
 /// Registers [`thread_exit`] for the calling thread and the current session.
 pub(crate) extern "C" fn register_thread_exit() {
     let epoch = EPOCH.load(Ordering::Acquire);
-    // SAFETY: registers a function of this library (never unloaded: the
-    // registration itself pins it) with a plain integer argument.
-    unsafe {
-        __cxa_thread_atexit_impl(
-            thread_exit,
-            epoch as usize as *mut core::ffi::c_void,
-            &raw const __dso_handle as *mut core::ffi::c_void,
-        );
+    let key = EXIT_KEY.load(Ordering::Acquire);
+    if key != 0 {
+        // SAFETY: the session's live key; the value is a plain non-zero integer.
+        unsafe {
+            libc::pthread_setspecific((key - 1) as libc::pthread_key_t, epoch as usize as *const libc::c_void)
+        };
     }
 }
 
 /// Runs when a thread other than the main one ends (return from its start
 /// routine, `pthread_exit`): frames still open are closed as unwound, the
 /// figures folded into the process' tree, the slot freed.
-unsafe extern "C" fn thread_exit(arg: *mut core::ffi::c_void) {
+unsafe extern "C" fn thread_exit(arg: *mut libc::c_void) {
     let epoch = arg as usize as u64;
     let (p, e) = sys::tls_get();
     if e != epoch || epoch != EPOCH.load(Ordering::Acquire) || p == 0 {
@@ -662,6 +678,7 @@ impl Thread {
         self.node_overflow.set(0);
         self.counters_errno.set(0);
         self.ended.set(0);
+        self.outside.set(0);
         self.nfuncs.set(FLAT.funcs.get());
         self.nodes_max.set(FLAT.nodes.get());
         self.index_mask.set(FLAT.index.get() - 1);
@@ -1057,26 +1074,49 @@ impl Guard {
 // before the fork (the parent's thread goes on changing them after it) and
 // given to the child's own slot, so its hijacked returns still work.
 thread_local! {
-    static FORK_STACK: RefCell<Vec<[u64; 2]>> = const { RefCell::new(Vec::new()) };
+    /// The copy: an anonymous mapping of `[slot, ret]` pairs (address,
+    /// pairs), freed after the fork. A plain word: a Rust thread-local with a
+    /// destructor would keep the library from ever being unloaded.
+    static FORK_COPY: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 /// `pthread_atfork` prepare handler.
 pub(crate) extern "C" fn before_fork() {
     let (p, e) = sys::tls_get();
-    FORK_STACK.with_borrow_mut(|v| {
-        v.clear();
-        if p == 0 || e != EPOCH.load(Ordering::Acquire) {
-            return;
-        }
-        // Entered from libc; growing the copy may call malloc between reads of the slot.
-        let _cold = Cold::enter(BASE.load(Ordering::Acquire), PROCESS.load(Ordering::Relaxed));
-        // SAFETY: as in `current`.
-        let t = unsafe { &*(p as *const Thread) };
-        for i in 0..t.depth.get().min(DEPTH) {
-            let en = t.entry(i);
-            v.push([en.slot.get(), en.ret.get()]);
-        }
-    });
+    FORK_COPY.set((0, 0));
+    if p == 0 || e != EPOCH.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: as in `current`.
+    let t = unsafe { &*(p as *const Thread) };
+    let n = t.depth.get().min(DEPTH) as usize;
+    if n == 0 {
+        return;
+    }
+    let Some(buf) = sys::mmap_zeroed(n * 16) else { return };
+    for i in 0..n {
+        let en = t.entry(i as u64);
+        // SAFETY: `buf` holds n pairs.
+        unsafe { (buf as *mut [u64; 2]).add(i).write([en.slot.get(), en.ret.get()]) };
+    }
+    FORK_COPY.set((buf as usize, n));
+}
+
+/// The copy [`before_fork`] made, freed.
+fn take_fork_copy() -> Vec<[u64; 2]> {
+    let (buf, n) = FORK_COPY.replace((0, 0));
+    if buf == 0 {
+        return Vec::new();
+    }
+    // SAFETY: `buf` is the live mapping of `n` pairs written by `before_fork`.
+    let frames = unsafe { core::slice::from_raw_parts(buf as *const [u64; 2], n) }.to_vec();
+    sys::munmap(buf as *mut u8, n * 16);
+    frames
+}
+
+/// `pthread_atfork` parent handler: frees the copy.
+pub(crate) extern "C" fn after_fork_parent() {
+    take_fork_copy();
 }
 
 /// `pthread_atfork` child handler: a process record and a slot of its own.
@@ -1086,7 +1126,7 @@ pub(crate) extern "C" fn after_fork_child() {
     let Some(seg) = Seg::current() else { return };
     let parent_rec = PROCESS.load(Ordering::Relaxed);
     let rec = seg.word(hdr::NEXT_PROC as u64).fetch_add(1, Ordering::AcqRel);
-    let frames = FORK_STACK.with_borrow_mut(std::mem::take);
+    let frames = take_fork_copy();
     if rec >= seg.g.shape.procs {
         seg.word(hdr::PROC_MISSES as u64).fetch_add(1, Ordering::Relaxed);
         PROCESS.store(u64::MAX, Ordering::Relaxed);

@@ -2,6 +2,10 @@
 //! functions whose trampolines it holds (one arena serves every function
 //! within its 2 GiB window).
 
+/// The name of the memfd a target's arenas are mapped from: `/proc/PID/maps`
+/// shows them as `/memfd:papirus-probe-trampolines (deleted)`.
+pub const ARENA_NAME: &str = "papirus-probe-trampolines";
+
 /// Bytes mapped per arena.
 pub const ARENA_LEN: u64 = 1 << 20;
 /// Upper bound of one trampoline's size (register saves, up to 15 displaced

@@ -107,9 +107,9 @@ pub enum PatchError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// The target's own error (e.g. the process went away).
+    /// The target's own error (e.g. the process went away, or exec'd).
     #[error("{0}")]
-    Target(String),
+    Target(Box<crate::Error>),
 }
 
 /// Unwinder entry points that get the runtime's `papirus_probe_unwind_begin`

@@ -34,6 +34,8 @@ use papirus_substrate::maps::{self, Mapping};
 
 /// `RTLD_NOW`: resolve every symbol at load, so nothing is resolved lazily later in a probe.
 const RTLD_NOW: u64 = 2;
+/// `RTLD_NOLOAD`: only a reference to a library already loaded.
+const RTLD_NOLOAD: u64 = 4;
 /// glibc's `__RTLD_DLOPEN`, required by `__libc_dlopen_mode`.
 const RTLD_DLOPEN_FLAG: u64 = 0x8000_0000;
 /// Attempts to find a thread outside the loader and allocator.
@@ -64,6 +66,7 @@ pub struct Library {
 struct Loader {
     dlopen: u64,
     dlsym: u64,
+    dlclose: Option<u64>,
     dlerror: Option<u64>,
     extra_mode: u64,
 }
@@ -116,16 +119,50 @@ impl Process {
             })?;
             return self.inject_fresh(path, &loader, threading);
         }
+        self.dlopen_stopped(&loader, path, RTLD_NOW)
+    }
+
+    /// A reference of papirus' own to the library the target already has
+    /// loaded from the file mapped at `m` (`dlopen` with `RTLD_NOLOAD` of
+    /// the path it was loaded by, which the loader matches by name even when
+    /// the file is gone): [`Process::unload`] gives it back.
+    pub fn reference(&mut self, m: &Mapping) -> Result<Library> {
+        let loader = self.loader()?;
+        self.pick_safe_worker()?;
+        let path = PathBuf::from(m.name.strip_suffix(" (deleted)").unwrap_or(&m.name));
+        self.dlopen_stopped(&loader, path, RTLD_NOW | RTLD_NOLOAD)
+    }
+
+    /// `dlopen(path, mode)` called on the stopped worker; the path's copy in
+    /// the target is unmapped whatever the outcome.
+    fn dlopen_stopped(&mut self, loader: &Loader, path: PathBuf, mode: u64) -> Result<Library> {
         let arg = self.remote_string(path.as_os_str().as_encoded_bytes())?;
-        let handle = self.call(loader.dlopen, &[arg, RTLD_NOW | loader.extra_mode]);
+        let handle = self.call(loader.dlopen, &[arg, mode | loader.extra_mode]);
         let unmapped = self.munmap(arg, 4096);
         let handle = handle?;
         unmapped?;
         if handle == 0 {
-            let message = self.dl_error(&loader);
+            let message = self.dl_error(loader);
             return Err(Error::Dlopen { path, pid: self.pid, message });
         }
         Ok(Library { handle, path })
+    }
+
+    /// Gives back papirus' reference to `library` (`dlclose` in the target):
+    /// the loader unloads it when that was the last one and nothing pins it.
+    pub fn unload(&mut self, library: &Library) -> Result<()> {
+        let loader = self.loader()?;
+        let dlclose = loader.dlclose.ok_or_else(|| Error::NotFound {
+            what: "dlclose".into(),
+            pid: self.pid,
+            detail: "neither libc nor a mapped libdl exports it".into(),
+        })?;
+        self.pick_safe_worker()?;
+        if self.call(dlclose, &[library.handle])? != 0 {
+            let message = self.dl_error(&loader);
+            return Err(Error::Dlopen { path: library.path.clone(), pid: self.pid, message });
+        }
+        Ok(())
     }
 
     /// The address of `symbol` in a library loaded by [`Process::inject`] (`dlsym` in the target).
@@ -181,18 +218,24 @@ impl Process {
             elf.lookup_function(name).ok().map(|s| bias.wrapping_add(s.address))
         };
         if let (Some(dlopen), Some(dlsym)) = (at(&elf, bias, "dlopen"), at(&elf, bias, "dlsym")) {
-            return Ok(Loader { dlopen, dlsym, dlerror: at(&elf, bias, "dlerror"), extra_mode: 0 });
+            let (dlclose, dlerror) = (at(&elf, bias, "dlclose"), at(&elf, bias, "dlerror"));
+            return Ok(Loader { dlopen, dlsym, dlclose, dlerror, extra_mode: 0 });
         }
         if let Some(libdl) = find_module(&mappings, "libdl.so") {
             let (dl, dl_bias) = open_module(self.pid, libdl)?;
             if let (Some(dlopen), Some(dlsym)) = (at(&dl, dl_bias, "dlopen"), at(&dl, dl_bias, "dlsym")) {
-                return Ok(Loader { dlopen, dlsym, dlerror: at(&dl, dl_bias, "dlerror"), extra_mode: 0 });
+                let (dlclose, dlerror) = (at(&dl, dl_bias, "dlclose"), at(&dl, dl_bias, "dlerror"));
+                return Ok(Loader { dlopen, dlsym, dlclose, dlerror, extra_mode: 0 });
             }
         }
         match (at(&elf, bias, "__libc_dlopen_mode"), at(&elf, bias, "__libc_dlsym")) {
-            (Some(dlopen), Some(dlsym)) => {
-                Ok(Loader { dlopen, dlsym, dlerror: None, extra_mode: RTLD_DLOPEN_FLAG })
-            }
+            (Some(dlopen), Some(dlsym)) => Ok(Loader {
+                dlopen,
+                dlsym,
+                dlclose: at(&elf, bias, "__libc_dlclose"),
+                dlerror: None,
+                extra_mode: RTLD_DLOPEN_FLAG,
+            }),
             _ => Err(Error::NotFound {
                 what: "dlopen".into(),
                 pid: self.pid,
@@ -255,7 +298,7 @@ impl Process {
     }
 
     /// Copies a NUL-terminated string into a fresh page of the target.
-    fn remote_string(&mut self, bytes: &[u8]) -> Result<u64> {
+    pub(super) fn remote_string(&mut self, bytes: &[u8]) -> Result<u64> {
         if bytes.len() >= 4096 || bytes.contains(&0) {
             return Err(Error::InvalidArgument {
                 what: "a path or symbol name longer than 4095 bytes or containing NUL".into(),

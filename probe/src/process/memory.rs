@@ -1,12 +1,19 @@
-//! The target's memory: process_vm_readv/writev, and /proc/PID/mem where those
-//! cannot go (read-only text: the kernel writes with FOLL_FORCE, breaking
-//! copy-on-write of private file mappings, so the file on disk is untouched).
+//! The target's memory: reads through process_vm_readv (and /proc/PID/mem where
+//! that cannot go), every write through /proc/PID/mem.
+//!
+//! Writes never use process_vm_writev: that call finds the process' memory
+//! anew each time, so after an `execve` it would write into the new program.
+//! /proc/PID/mem, opened at attach, stays bound to the memory it was opened
+//! on: once an execve has replaced that, writes fail (and say so, as
+//! [`Error::Exec`]) instead of landing in the new image. The kernel writes
+//! with FOLL_FORCE, so read-only text takes writes too, breaking copy-on-write
+//! of private file mappings (the file on disk is untouched).
 
-use std::io::{IoSlice, IoSliceMut};
+use std::io::IoSliceMut;
 use std::os::unix::fs::FileExt;
 
 use nix::errno::Errno;
-use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
+use nix::sys::uio::{RemoteIoVec, process_vm_readv};
 use nix::unistd::Pid;
 
 use super::Process;
@@ -59,17 +66,9 @@ impl Process {
         Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
-    /// Writes `data` at `addr`: writable memory through process_vm_writev, read-only
-    /// memory (code) through /proc/PID/mem, which copies a private file page on write.
+    /// Writes `data` at `addr`, through /proc/PID/mem (see the module documentation).
     pub fn write_memory(&mut self, addr: u64, data: &[u8]) -> Result<()> {
-        let len = data.len();
-        let remote = [RemoteIoVec { base: addr as usize, len }];
-        let done = process_vm_writev(Pid::from_raw(self.pid), &[IoSlice::new(data)], &remote).unwrap_or(0);
-        if done < len {
-            self.pwrite(addr + done as u64, &data[done..])
-                .map_err(|errno| self.mem_error("write", addr, len, errno))?;
-        }
-        Ok(())
+        self.pwrite(addr, data).map_err(|errno| self.mem_error("write", addr, data.len(), errno))
     }
 
     /// Writes a little-endian u64 at `addr`.
@@ -80,7 +79,8 @@ impl Process {
     fn pread(&self, mut addr: u64, mut buf: &mut [u8]) -> Result<(), Errno> {
         while !buf.is_empty() {
             match self.mem.read_at(buf, addr) {
-                Ok(0) => return Err(Errno::EIO),
+                // The memory the file was opened on has no process any more.
+                Ok(0) => return Err(Errno::ESRCH),
                 Ok(n) => {
                     addr += n as u64;
                     buf = &mut buf[n..];
@@ -95,7 +95,7 @@ impl Process {
     fn pwrite(&self, mut addr: u64, mut data: &[u8]) -> Result<(), Errno> {
         while !data.is_empty() {
             match self.mem.write_at(data, addr) {
-                Ok(0) => return Err(Errno::EIO),
+                Ok(0) => return Err(Errno::ESRCH),
                 Ok(n) => {
                     addr += n as u64;
                     data = &data[n..];
@@ -107,7 +107,16 @@ impl Process {
         Ok(())
     }
 
+    /// The error of a failed access: when the memory papirus opened is gone
+    /// while the process lives, it exec'd.
     fn mem_error(&self, op: &'static str, addr: u64, len: usize, errno: Errno) -> Error {
+        if errno == Errno::ESRCH {
+            return if super::task_alive(self.pid, self.pid) {
+                Error::Exec { pid: self.pid, during: "a memory access" }
+            } else {
+                Error::TargetExited { pid: self.pid, status: super::Exit::Unknown, during: "a memory access" }
+            };
+        }
         Error::Memory { op, pid: self.pid, addr, len, errno }
     }
 }

@@ -33,10 +33,12 @@
 //!   asleep through the kernel's restart block (nanosleep, futex or poll with a
 //!   timeout) never runs a function that could sleep (another thread, or a
 //!   thread created for the call, runs it), so no sleep ends early with EINTR.
-//! - **papirus may die at any moment.** Remote code restores its thread by
-//!   itself through `rt_sigreturn` (`restoring`); after remote code every thread
-//!   is back in a plain interrupt stop, with no trap flag and no signal of ours
-//!   pending; `PTRACE_O_EXITKILL` is never set.
+//! - **papirus may die at any moment.** Nothing is ever single-stepped and no
+//!   trap or fault of ours ends remote code: it restores its thread by itself
+//!   (`restoring`), so a thread papirus leaves anywhere on the way finishes
+//!   the code and goes on as it was; after remote code every thread is back
+//!   in a plain interrupt stop with no signal of ours pending;
+//!   `PTRACE_O_EXITKILL` is never set.
 //! - **Signals are never lost.** A signal arriving while a thread is held is
 //!   kept and delivered when the thread resumes (or re-queued when the thread
 //!   no longer sits in its delivery stop).
@@ -155,6 +157,10 @@ const OPTIONS: Options = Options::PTRACE_O_TRACECLONE
 
 /// Default bound on every wait for a stop.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a wait for some threads looks at the others ([`Process::sweep`]).
+const SWEEP_EVERY: Duration = Duration::from_millis(1);
+/// How long a PTRACE_SEIZE may wait before papirus looks at the held threads.
+const SEIZE_PATIENCE: Duration = Duration::from_millis(20);
 
 /// A process whose threads are all stopped under our control. Dropping it detaches.
 #[derive(Debug)]
@@ -167,11 +173,12 @@ pub struct Process {
     /// The ptrace options of every thread (OPTIONS, plus seccomp suspension
     /// when the target runs under a filter).
     options: Options,
-    syscall_insn: Option<u64>,
     /// Code ranges where a stopped thread may hold a lock remote calls need
     /// (loader, allocator, fork), computed at the first remote call.
     lock_code: Option<Vec<(u64, u64)>>,
-    /// The page of the self-restoring stub (`restoring`), once mapped.
+    /// The restore block in code slack (`restoring`), once written.
+    slack: Option<restoring::Slack>,
+    /// The stub region of remote functions (`restoring`), once mapped.
     stub: Option<u64>,
     timeout: Duration,
     /// ptrace requests must come from the thread that attached.
@@ -233,12 +240,8 @@ impl Process {
         // another thread, the leader exits and that thread takes its pid. Give
         // it the same moment as `precheck` does.
         let mut seized = ptrace::seize(Pid::from_raw(pid), options);
-        for _ in 0..EXEC_SETTLE_ROUNDS {
-            let exiting = read_proc(pid, "stat")
-                .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])));
-            if seized != Err(Errno::EPERM) || !exiting {
-                break;
-            }
+        let since = Instant::now();
+        while seized == Err(Errno::EPERM) && exec_settling(pid, since) {
             std::thread::sleep(Duration::from_millis(5));
             seized = ptrace::seize(Pid::from_raw(pid), options);
         }
@@ -273,12 +276,10 @@ impl Process {
                 break;
             }
         }
-        // Every thread on its way out: the process is ending (exit_group or a fatal signal).
-        if p.threads.values().all(|t| t.exit.is_some()) {
-            let status = p.threads.get(&pid).and_then(|t| t.exit).unwrap_or(Exit::Unknown);
-            return Err(p.exited("attach", status));
+        match p.ending("attach") {
+            Some(e) => Err(e),
+            None => Ok(p),
         }
-        Ok(p)
     }
 
     fn held(pid: i32, mem: File, child: bool) -> Process {
@@ -289,8 +290,8 @@ impl Process {
             child,
             worker: pid,
             options: OPTIONS,
-            syscall_insn: None,
             lock_code: None,
+            slack: None,
             stub: None,
             timeout: DEFAULT_TIMEOUT,
             _not_send: PhantomData,
@@ -302,9 +303,12 @@ impl Process {
         self.pid
     }
 
-    /// Thread ids of every stopped thread, the leader first when it is alive.
+    /// Thread ids of every stopped thread, the leader first when it is alive
+    /// (threads on their way out, which never run user code again, are not
+    /// among them).
     pub fn threads(&self) -> Vec<i32> {
-        let mut v: Vec<i32> = self.threads.keys().copied().collect();
+        let mut v: Vec<i32> =
+            self.threads.iter().filter(|(_, t)| t.exit.is_none()).map(|(&k, _)| k).collect();
         v.sort_by_key(|&t| (t != self.pid, t));
         v
     }
@@ -411,7 +415,7 @@ impl Process {
                     Event::Gone(status) => {
                         self.threads.remove(&tid);
                         if tid == self.pid {
-                            return Err(self.exited("a run of the whole process", status));
+                            return Err(self.leader_gone(status, "a run of the whole process"));
                         }
                         continue;
                     }
@@ -428,7 +432,14 @@ impl Process {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_micros(200));
         }
-        self.stop_all()
+        self.stop_all()?;
+        // The worker may have ended meanwhile: the leader, or another, takes over.
+        if self.usable(self.worker).is_err()
+            && let Some(tid) = self.threads().into_iter().find(|&t| self.usable(t).is_ok())
+        {
+            self.worker = tid;
+        }
+        Ok(())
     }
 
     fn resume_all(&mut self) -> Result<()> {
@@ -482,7 +493,7 @@ impl Process {
     }
 
     fn stop_all(&mut self) -> Result<()> {
-        let tids: BTreeSet<i32> = self.threads.keys().copied().collect();
+        let tids: BTreeSet<i32> = self.threads().into_iter().collect();
         for &tid in &tids {
             self.interrupt(tid)?;
         }
@@ -523,9 +534,17 @@ impl Process {
     /// so, as does the end of the process) is let go from its exit stop at
     /// once, since the execve or the exit waits for it, and is then waited for
     /// until it is gone or (the leader) reports the execve.
+    ///
+    /// Every millisecond of waiting, the threads already held are looked at
+    /// too ([`Process::sweep`]): one that an execve killed stays a zombie
+    /// until papirus reaps it, and the execve (and so the thread it is in,
+    /// which never stops meanwhile) waits for that; the leader then reports
+    /// the execve, which ends the wait as [`Error::Exec`] at once instead of
+    /// a timeout.
     fn wait_stopped(&mut self, mut tids: BTreeSet<i32>, what: &'static str) -> Result<()> {
         let deadline = Instant::now() + self.timeout;
         let mut pause = Duration::from_micros(5);
+        let mut swept = Instant::now();
         while let Some(&first) = tids.first() {
             let mut reported = Vec::new();
             for &tid in &tids {
@@ -538,6 +557,10 @@ impl Process {
                 }
             }
             if reported.is_empty() {
+                if swept.elapsed() >= SWEEP_EVERY {
+                    self.sweep(&mut tids, what)?;
+                    swept = Instant::now();
+                }
                 if Instant::now() >= deadline {
                     return Err(Error::Timeout {
                         what,
@@ -554,6 +577,23 @@ impl Process {
                 tids.remove(&tid);
                 self.on_stop(tid, event, &mut tids, what)?;
             }
+        }
+        Ok(())
+    }
+
+    /// Polls the held threads not in `waiting` for what they may still
+    /// report while stopped: their death (reaped here, which an execve in
+    /// progress waits for) and, for the leader, a completed execve
+    /// ([`Error::Exec`]). Anything they report joins `waiting`'s handling.
+    fn sweep(&mut self, waiting: &mut BTreeSet<i32>, what: &'static str) -> Result<()> {
+        let held: Vec<i32> = self.threads.keys().copied().filter(|t| !waiting.contains(t)).collect();
+        for tid in held {
+            let event = match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+                Ok(Some(status)) => wait::classify(tid, status),
+                Err(Errno::ECHILD) => Event::Gone(Exit::Unknown),
+                Ok(None) | Err(_) => continue,
+            };
+            self.on_stop(tid, event, waiting, what)?;
         }
         Ok(())
     }
@@ -582,22 +622,38 @@ impl Process {
                 self.cont_and_interrupt(tid)?;
                 tids.insert(tid);
             }
-            Event::Exiting(Exit::Signal(libc::SIGKILL)) => {
-                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
-                if sys::ptrace(libc::PTRACE_CONT, tid, 0, 0).is_ok() {
+            // Let it go on: an execve or the end of the process waits for
+            // every other thread to be gone (an execve reports them as
+            // exiting with code 0), and holding one here would stall it. A
+            // thread is waited for until it is gone; the leader's end comes
+            // with the process' (or, in an execve, never: it reappears with
+            // the execve), which the wait notices by its sweep.
+            Event::Exiting(status) => {
+                self.thread(tid).exit = Some(status);
+                if sys::ptrace(libc::PTRACE_CONT, tid, 0, 0).is_ok() && tid != self.pid {
                     tids.insert(tid);
                 }
             }
-            Event::Exiting(status) => self.thread(tid).exit = Some(status),
             Event::Exec => return Err(self.exec_error(what)),
             Event::Gone(status) => {
                 self.threads.remove(&tid);
                 if tid == self.pid {
-                    return Err(Error::TargetExited { pid: self.pid, status, during: what });
+                    return Err(self.leader_gone(status, what));
                 }
             }
         }
         Ok(())
+    }
+
+    /// The error for a leader papirus can no longer wait for: the process
+    /// ended, or (the pid still running, now untraced) a thread papirus did
+    /// not hold yet replaced its image with execve.
+    fn leader_gone(&mut self, status: Exit, what: &'static str) -> Error {
+        if status == Exit::Unknown && task_alive(self.pid, self.pid) {
+            self.exec_error(what)
+        } else {
+            Error::TargetExited { pid: self.pid, status, during: what }
+        }
     }
 
     fn thread(&mut self, tid: i32) -> &mut Thread {
@@ -605,22 +661,43 @@ impl Process {
     }
 
     /// Seizes and interrupts every thread in /proc/PID/task not yet ours; returns them.
+    ///
+    /// PTRACE_SEIZE waits for the lock an execve holds from its start to its
+    /// end, and the execve waits for papirus to let go of the threads it
+    /// kills (their exit stops, their zombies): a seize that waited then
+    /// would wait for ever. So a thread papirus already traces
+    /// (auto-attached through a clone event not read yet) is taken without
+    /// a seize, and a seize that waits is cut short
+    /// ([`sys::seize_bounded`]): papirus then lets the held threads go on
+    /// dying, which ends with [`Error::Exec`] once the execve is through.
     fn seize_new_tasks(&mut self) -> Result<BTreeSet<i32>> {
         let mut fresh = BTreeSet::new();
+        let me = std::process::id().to_string();
+        let deadline = Instant::now() + self.timeout;
         for tid in task_ids(self.pid)? {
             if self.threads.contains_key(&tid) {
                 continue;
             }
-            match ptrace::seize(Pid::from_raw(tid), self.options) {
-                Ok(()) => {}
-                // Exited between the listing and the seize.
-                Err(Errno::ESRCH) => continue,
-                // Auto-attached through a clone event we have not read yet, or a zombie thread.
-                Err(Errno::EPERM) => match status_field(tid, "TracerPid") {
-                    Some(t) if t == std::process::id().to_string() => {}
-                    _ => continue,
-                },
-                Err(errno) => return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid, errno }),
+            if status_field(tid, "TracerPid").is_none_or(|t| t != me) {
+                let seized = loop {
+                    match sys::seize_bounded(tid, self.options.bits(), SEIZE_PATIENCE) {
+                        Err(Errno::EINTR) if Instant::now() < deadline => {
+                            self.sweep(&mut BTreeSet::new(), "a stop of every thread")?
+                        }
+                        r => break r,
+                    }
+                };
+                match seized {
+                    Ok(()) => {}
+                    // Exited between the listing and the seize.
+                    Err(Errno::ESRCH) => continue,
+                    // Auto-attached meanwhile, or a zombie thread.
+                    Err(Errno::EPERM) => match status_field(tid, "TracerPid") {
+                        Some(t) if t == me => {}
+                        _ => continue,
+                    },
+                    Err(errno) => return Err(Error::Ptrace { op: "PTRACE_SEIZE", tid, errno }),
+                }
             }
             self.threads.insert(tid, Thread::default());
             self.interrupt(tid)?;
@@ -632,6 +709,7 @@ impl Process {
     /// Detaches every thread, delivering held signals; empties the thread table.
     fn release(&mut self) -> Result<()> {
         self.drop_stub();
+        self.drop_slack();
         let mut first_err = None;
         let tids: Vec<i32> = self.threads.keys().copied().collect();
         for tid in tids {
@@ -644,36 +722,74 @@ impl Process {
     }
 
     /// Forgets a thread that vanished, reaping it if it left a traced zombie.
+    /// A thread that is not in a stop although papirus held it was woken by
+    /// a SIGKILL (the process' end, or another thread's execve): it stays
+    /// known as exiting until it reports its end, since whatever killed it
+    /// waits for papirus to let it go.
     fn reap(&mut self, tid: i32) {
-        let _ = sys::waitpid(tid, libc::__WALL | libc::WNOHANG);
-        self.threads.remove(&tid);
+        match sys::waitpid(tid, libc::__WALL | libc::WNOHANG) {
+            Ok(None) if task_alive(self.pid, tid) || status_field(tid, "State").is_some() => {
+                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
+            }
+            Ok(Some(status)) if matches!(wait::classify(tid, status), Event::Exiting(_)) => {
+                self.thread(tid).exit = Some(Exit::Signal(libc::SIGKILL));
+                let _ = sys::ptrace(libc::PTRACE_CONT, tid, 0, 0);
+            }
+            _ => {
+                self.threads.remove(&tid);
+            }
+        }
     }
 
     /// Checks that `tid` is one of our stopped threads and can run code.
     fn usable(&self, tid: i32) -> Result<()> {
         match self.threads.get(&tid) {
             Some(t) if t.exit.is_none() => Ok(()),
-            Some(_) => {
-                Err(Error::InvalidArgument { what: format!("thread {tid} is exiting and cannot run code") })
-            }
+            Some(_) => Err(self.ending("running code").unwrap_or_else(|| Error::InvalidArgument {
+                what: format!("thread {tid} is exiting and cannot run code"),
+            })),
             None => Err(Error::InvalidArgument {
                 what: format!("{tid} is not a thread of pid {} held by papirus", self.pid),
             }),
         }
     }
 
-    /// The process called execve: every address papirus knew (its stub page,
-    /// the syscall instruction, lock code) belongs to the old image, so forget
+    /// The process called execve: every address papirus knew (its stub region,
+    /// its restore block, lock code) belongs to the old image, so forget
     /// them; nothing is ever run or written there again.
     fn exec_error(&mut self, during: &'static str) -> Error {
         self.stub = None;
-        self.syscall_insn = None;
+        self.slack = None;
         self.lock_code = None;
         Error::Exec { pid: self.pid, during }
     }
 
+    /// The process' end when every held thread is on its way out
+    /// (exit_group or a fatal signal).
+    fn ending(&self, during: &'static str) -> Option<Error> {
+        if !self.threads.values().all(|t| t.exit.is_some()) {
+            return None;
+        }
+        let status = self.threads.get(&self.pid).and_then(|t| t.exit).unwrap_or(Exit::Unknown);
+        Some(self.exited(during, status))
+    }
+
     fn exited(&self, during: &'static str, status: Exit) -> Error {
         Error::TargetExited { pid: self.pid, status, during }
+    }
+}
+
+#[cfg(test)]
+impl Process {
+    /// Lets every thread go as papirus' death would: nothing put back,
+    /// nothing unmapped, no thread stopped again first.
+    fn vanish(mut self) {
+        self.slack = None;
+        self.stub = None;
+        for tid in self.threads.keys().copied().collect::<Vec<_>>() {
+            let _ = sys::ptrace(libc::PTRACE_DETACH, tid, 0, 0);
+        }
+        self.threads.clear();
     }
 }
 
@@ -687,7 +803,6 @@ fn req_name(req: libc::c_uint) -> &'static str {
     match req {
         libc::PTRACE_CONT => "PTRACE_CONT",
         libc::PTRACE_DETACH => "PTRACE_DETACH",
-        libc::PTRACE_SINGLESTEP => "PTRACE_SINGLESTEP",
         _ => "ptrace",
     }
 }
@@ -733,10 +848,30 @@ fn task_alive(pid: i32, tid: i32) -> bool {
 /// The kernel's PF_KTHREAD flag in /proc/PID/stat.
 const PF_KTHREAD: u64 = 0x0020_0000;
 
-/// Refuses pids that cannot be traced before touching them.
-/// Rounds of 5 ms a zombie leader is given to turn out to be in execve.
-const EXEC_SETTLE_ROUNDS: usize = 20;
+/// How long a zombie leader is given to turn out to be in an execve
+/// another thread makes, and the longest that execve is waited for.
+const EXEC_SETTLE: Duration = Duration::from_millis(100);
 
+/// Whether process `pid`'s leader is a zombie that may still come back from
+/// an execve of another thread: for [`EXEC_SETTLE`] after `since`, and while
+/// some thread of it is inside execve (up to [`DEFAULT_TIMEOUT`]: papirus
+/// does not hold it, so nothing of ours keeps it waiting).
+fn exec_settling(pid: i32, since: Instant) -> bool {
+    let zombie = read_proc(pid, "stat")
+        .is_ok_and(|st| st.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with(['Z', 'X'])));
+    let waited = since.elapsed();
+    zombie && (waited < EXEC_SETTLE || (waited < DEFAULT_TIMEOUT && in_execve(pid)))
+}
+
+/// Whether some thread of `pid` is inside execve or execveat.
+fn in_execve(pid: i32) -> bool {
+    task_ids(pid).unwrap_or_default().into_iter().any(|tid| {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+            .is_ok_and(|s| s.starts_with("59 ") || s.starts_with("322 "))
+    })
+}
+
+/// Refuses pids that cannot be traced before touching them.
 fn precheck(pid: i32) -> Result<()> {
     if pid <= 0 {
         return Err(Error::NoSuchProcess { pid });
@@ -746,14 +881,11 @@ fn precheck(pid: i32) -> Result<()> {
     }
     // A leader in execve passes through the zombie state for a moment: a
     // real zombie stays one.
-    let mut stat = read_proc(pid, "stat")?;
-    for _ in 0..EXEC_SETTLE_ROUNDS {
-        if !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with(['Z', 'X'])) {
-            break;
-        }
+    let since = Instant::now();
+    while exec_settling(pid, since) {
         std::thread::sleep(Duration::from_millis(5));
-        stat = read_proc(pid, "stat")?;
     }
+    let stat = read_proc(pid, "stat")?;
     // "pid (comm) S ppid ...": comm may contain spaces and parentheses.
     let (head, rest) = stat.rsplit_once(")").ok_or(Error::NoSuchProcess { pid })?;
     let name = head.split_once('(').map_or("", |(_, n)| n).to_string();

@@ -1,39 +1,23 @@
 //! Running code inside the target: one system call, or one function call, on a
-//! stopped thread, with every register (and the XSAVE area) restored afterwards.
+//! stopped thread, with every register (and the vector state) restored
+//! afterwards. The code restores its thread by itself if papirus dies
+//! meanwhile (`restoring`); nothing here single-steps or leaves a trap.
 //!
 //! An interrupted system call of the target stays as it was: while our code runs,
 //! `orig_rax = -1` keeps the kernel's restart logic away from it; restoring the
 //! saved registers afterwards (its `orig_rax`, and `rax = -ERESTART…`) lets the
 //! kernel restart it exactly as it would have.
-//!
-//! The code normally runs self-restoring (`restoring`): if papirus dies, the
-//! thread puts itself back. On a thread asleep through the restart block, whose
-//! block `rt_sigreturn` would reset, system calls run by a single step over a
-//! `syscall` instruction of the target and functions return to address 0 (the
-//! fault hands the thread back); functions go to another thread when one can
-//! take them.
 
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::sys::mman::{MapFlags, ProtFlags};
-use nix::sys::ptrace;
-use nix::unistd::Pid;
 
-use super::wait::{self, Event};
-use super::{Process, Regs, sys};
+use super::{Process, Regs};
 use crate::error::{Error, Result};
 use papirus_substrate::maps;
 
-/// rflags bits: trap (single-step) and direction.
-const TF: u64 = 1 << 8;
-const DF: u64 = 1 << 10;
-/// The x86-64 System V red zone below rsp.
-const RED_ZONE: u64 = 128;
-/// The return address of remote calls: page 0 is never mapped (vm.mmap_min_addr),
-/// so `ret` faults there and hands the thread back to us with rax intact.
-const RETURN_TRAP: u64 = 0;
 /// Reach of a rel32 jump, less Frida's 16 KiB safety margin.
 const REACH: u64 = (1 << 31) - 16 * 1024;
 /// The kernel's -ERESTART_RESTARTBLOCK in rax of a thread stopped in a sleep.
@@ -41,19 +25,11 @@ const ERESTART_RESTARTBLOCK: i64 = -516;
 /// Bound on MAP_FIXED_NOREPLACE attempts over free gaps.
 const MAX_TRIES: usize = 32;
 
-/// How the remote code hands control back.
-#[derive(Clone, Copy)]
-enum Until {
-    /// Single-step one instruction ending at this address.
-    Step(u64),
-    /// Continue until the fault at [`RETURN_TRAP`].
-    Return,
-}
-
 impl Process {
     /// Runs system call `nr` with up to six arguments on the worker thread; returns
-    /// the raw result (a negative errno on failure). It runs self-restoring
-    /// (see `restoring`), except on a thread asleep through the restart block.
+    /// the raw result (a negative errno on failure). Any thread state will do,
+    /// a sleep restarted through the kernel's restart block included: the call
+    /// neither touches that block nor the thread's stack.
     pub fn syscall(&mut self, nr: i64, args: &[u64]) -> Result<i64> {
         let tid = self.worker;
         self.usable(tid)?;
@@ -62,42 +38,17 @@ impl Process {
                 what: format!("a system call takes at most 6 arguments, not {}", args.len()),
             });
         }
-        if self.in_restart_block(tid)? {
-            return self.stepped_syscall(nr, args);
-        }
-        let stub = self.stub()?;
         let mut r = self.regs(tid)?;
         let mut a = [0u64; 6];
         a[..args.len()].copy_from_slice(args);
         r.rax = nr as u64;
         (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        self.run_restoring(tid, r, stub + super::restoring::STUB_SYSCALL).map(|v| v as i64)
-    }
-
-    /// [`Process::syscall`] by a single step over a `syscall` instruction of
-    /// the target: no stub needed, the restart block untouched.
-    pub(super) fn stepped_syscall(&mut self, nr: i64, args: &[u64]) -> Result<i64> {
-        let tid = self.worker;
-        self.usable(tid)?;
-        let insn = self.syscall_instruction()?;
-        let saved = self.regs(tid)?;
-        let xsaved = self.xstate(tid)?;
-        let mut r = saved;
-        let mut a = [0u64; 6];
-        a[..args.len()].copy_from_slice(args);
-        r.rax = nr as u64;
-        r.orig_rax = u64::MAX;
-        r.rip = insn;
-        (r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        r.eflags &= !TF;
-        let out = self.run(tid, &r, Until::Step(insn + 2), insn);
-        self.restore(tid, &saved, &xsaved, out).map(|r| r.rax as i64)
+        self.run_syscall(tid, r).map(|v| v as i64)
     }
 
     /// Calls the function at `func` on the worker thread with up to six integer
-    /// arguments and returns rax. The frame: rsp below the red zone (and below
-    /// the thread's saved state), 16-byte aligned at the call; the function
-    /// returns into the self-restoring stub (see the module documentation).
+    /// arguments and returns rax. The function runs on a private stack, 16-byte
+    /// aligned at the call, and returns into papirus' stub (see `restoring`).
     /// Other threads stay stopped: a function that waits for one of them times
     /// out, which is why threads stopped in the loader, the allocator or fork
     /// are first let run out of them.
@@ -161,33 +112,16 @@ impl Process {
         self.call_here(func, args)
     }
 
-    /// [`Process::call`] on the worker itself.
+    /// [`Process::call`] on the worker itself, whatever its state.
     pub(super) fn call_here(&mut self, func: u64, args: &[u64]) -> Result<u64> {
         let tid = self.worker;
-        if !self.in_restart_block(tid)? {
-            let mut r = self.regs(tid)?;
-            let mut a = [0u64; 6];
-            a[..args.len()].copy_from_slice(args);
-            r.rax = 0; // no vector arguments, for variadic callees
-            (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-            return self.run_restoring(tid, r, func);
-        }
-        let saved = self.regs(tid)?;
-        let xsaved = self.xstate(tid)?;
-        let mut r = saved;
+        let mut r = self.regs(tid)?;
         let mut a = [0u64; 6];
         a[..args.len()].copy_from_slice(args);
-        // Aligned to 16, then the pushed return address: rsp ≡ 8 (mod 16) at entry, as after a call.
-        let sp = ((saved.rsp - RED_ZONE) & !0xf) - 8;
-        self.write_u64(sp, RETURN_TRAP)?;
-        r.rsp = sp;
         r.rip = func;
         r.rax = 0; // no vector arguments, for variadic callees
-        r.orig_rax = u64::MAX;
         (r.rdi, r.rsi, r.rdx, r.rcx, r.r8, r.r9) = (a[0], a[1], a[2], a[3], a[4], a[5]);
-        r.eflags &= !(TF | DF);
-        let out = self.run(tid, &r, Until::Return, func);
-        self.restore(tid, &saved, &xsaved, out).map(|r| r.rax)
+        self.run_function(tid, r)
     }
 
     /// Whether `tid` stopped in a syscall that restarts through the restart block.
@@ -207,7 +141,7 @@ impl Process {
         offset: u64,
     ) -> Result<u64> {
         let args = [addr, len, prot.bits() as u64, flags.bits() as u64, fd as i64 as u64, offset];
-        self.checked("mmap", libc::SYS_mmap, &args)
+        self.checked_syscall("mmap", libc::SYS_mmap, &args)
     }
 
     /// Remote anonymous private mapping of `len` bytes wherever the kernel likes.
@@ -220,8 +154,45 @@ impl Process {
     /// operands reach both ways. Tries the free gaps nearest to `code` with
     /// MAP_FIXED_NOREPLACE, moving on when one is taken meanwhile.
     pub fn mmap_near(&mut self, code: Range<u64>, len: u64, prot: ProtFlags) -> Result<u64> {
+        self.map_near(code, len, prot, MapFlags::MAP_ANONYMOUS, -1)
+    }
+
+    /// [`Process::mmap_near`] of a fresh memfd named `name`: private memory
+    /// like an anonymous mapping's, which `/proc/PID/maps` shows as
+    /// `/memfd:NAME (deleted)`, so a later look at the process knows it.
+    pub fn mmap_named_near(
+        &mut self,
+        code: Range<u64>,
+        len: u64,
+        prot: ProtFlags,
+        name: &str,
+    ) -> Result<u64> {
         let len = len.div_ceil(page()) * page();
-        let flags = MapFlags::MAP_PRIVATE | MapFlags::MAP_ANONYMOUS | MapFlags::MAP_FIXED_NOREPLACE;
+        let at = self.remote_string(name.as_bytes())?;
+        let fd =
+            self.checked_syscall("memfd_create", libc::SYS_memfd_create, &[at, libc::MFD_CLOEXEC as u64]);
+        let unmapped = self.munmap(at, 4096);
+        let fd = fd? as i32;
+        unmapped?;
+        let mapped = self
+            .checked_syscall("ftruncate", libc::SYS_ftruncate, &[fd as u64, len])
+            .and_then(|_| self.map_near(code, len, prot, MapFlags::empty(), fd));
+        let closed = self.checked_syscall("close", libc::SYS_close, &[fd as u64]);
+        let a = mapped?;
+        closed?;
+        Ok(a)
+    }
+
+    fn map_near(
+        &mut self,
+        code: Range<u64>,
+        len: u64,
+        prot: ProtFlags,
+        kind: MapFlags,
+        fd: i32,
+    ) -> Result<u64> {
+        let len = len.div_ceil(page()) * page();
+        let flags = MapFlags::MAP_PRIVATE | kind | MapFlags::MAP_FIXED_NOREPLACE;
         let mut tried = 0;
         while tried < MAX_TRIES {
             let mappings = maps::read(self.pid)
@@ -229,7 +200,7 @@ impl Process {
             let candidates = near_candidates(&mappings, &code, len);
             let Some(&first) = candidates.first() else { break };
             tried += 1;
-            match self.mmap(first, len, prot, flags, -1, 0) {
+            match self.mmap(first, len, prot, flags, fd, 0) {
                 Ok(got) if got == first => return Ok(got),
                 // A kernel without MAP_FIXED_NOREPLACE takes it as a hint: refuse a far answer.
                 Ok(got) => {
@@ -245,122 +216,12 @@ impl Process {
 
     /// Remote `mprotect`.
     pub fn mprotect(&mut self, addr: u64, len: u64, prot: ProtFlags) -> Result<()> {
-        self.checked("mprotect", libc::SYS_mprotect, &[addr, len, prot.bits() as u64]).map(drop)
+        self.checked_syscall("mprotect", libc::SYS_mprotect, &[addr, len, prot.bits() as u64]).map(drop)
     }
 
     /// Remote `munmap`.
     pub fn munmap(&mut self, addr: u64, len: u64) -> Result<()> {
-        self.checked("munmap", libc::SYS_munmap, &[addr, len]).map(drop)
-    }
-
-    fn checked(&mut self, name: &'static str, nr: i64, args: &[u64]) -> Result<u64> {
-        let r = self.syscall(nr, args)?;
-        if (-4095..0).contains(&r) {
-            Err(Error::RemoteSyscall { name, pid: self.pid, errno: Errno::from_raw(-r as i32) })
-        } else {
-            Ok(r as u64)
-        }
-    }
-
-    /// The address of a `syscall` instruction (0f 05) in the target's code: the
-    /// vDSO first, then libc, then any executable mapping. Found once, no write needed.
-    fn syscall_instruction(&mut self) -> Result<u64> {
-        if let Some(a) = self.syscall_insn {
-            return Ok(a);
-        }
-        let mappings = maps::read(self.pid)
-            .map_err(|source| Error::Io { path: super::proc_path(self.pid, "maps"), source })?;
-        let rank = |m: &maps::Mapping| match m.name.as_str() {
-            "[vdso]" => 0,
-            n if n.contains("/libc.so") || n.contains("/libc-") => 1,
-            _ => 2,
-        };
-        let mut exec: Vec<&maps::Mapping> =
-            mappings.iter().filter(|m| m.perms.exec && m.name != "[vsyscall]").collect();
-        exec.sort_by_key(|m| rank(m));
-        for m in exec {
-            let Ok(bytes) = self.read_vec(m.start, (m.end - m.start) as usize) else { continue };
-            if let Some(i) = bytes.windows(2).position(|w| w == [0x0f, 0x05]) {
-                let a = m.start + i as u64;
-                self.syscall_insn = Some(a);
-                return Ok(a);
-            }
-        }
-        Err(Error::NotFound {
-            what: "a syscall instruction".into(),
-            pid: self.pid,
-            detail: "no executable mapping contains 0f 05".into(),
-        })
-    }
-
-    /// Sets `regs` on `tid`, lets it run until `until`, and returns its registers then.
-    fn run(&mut self, tid: i32, regs: &Regs, until: Until, func: u64) -> Result<Regs> {
-        self.set_regs(tid, regs)?;
-        // Resumed below without its signal: a held one is re-queued at release.
-        self.thread(tid).in_delivery = false;
-        let deadline = Instant::now() + self.timeout;
-        let req = match until {
-            Until::Step(_) => libc::PTRACE_SINGLESTEP,
-            Until::Return => libc::PTRACE_CONT,
-        };
-        loop {
-            sys::ptrace(req, tid, 0, 0).map_err(|errno| Error::Ptrace {
-                op: super::req_name(req),
-                tid,
-                errno,
-            })?;
-            let ev = match wait::event(tid, deadline)? {
-                Some(ev) => ev,
-                None => return Err(self.stuck(tid)),
-            };
-            if let Event::Signal(sig) = ev {
-                let r = self.regs(tid)?;
-                match until {
-                    Until::Step(end) if sig == libc::SIGTRAP && r.rip == end => return Ok(r),
-                    Until::Return if sig == libc::SIGSEGV && r.rip == RETURN_TRAP => return Ok(r),
-                    _ => {}
-                }
-            }
-            // Anything else left (a leftover interrupt, a group-stop): carry on.
-            self.remote_stop(tid, ev, func)?;
-        }
-    }
-
-    /// Deals with a stop of remote code `func` on `tid` as every remote run
-    /// does: a new thread is waited for; a fault (SIGSEGV, SIGBUS, SIGILL,
-    /// SIGFPE, SIGTRAP) is the code's error; another signal is held for the
-    /// target; the process ending or replacing its image ends the run. What
-    /// is left (a system-call stop, an interrupt or group stop) is returned.
-    pub(super) fn remote_stop(&mut self, tid: i32, ev: Event, func: u64) -> Result<Option<Event>> {
-        match ev {
-            Event::Stopped | Event::Syscall => return Ok(Some(ev)),
-            Event::Clone(new) => {
-                self.threads.entry(new).or_default();
-                self.wait_stopped([new].into(), "stop")?;
-            }
-            Event::Signal(sig)
-                if matches!(
-                    sig,
-                    libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE | libc::SIGTRAP
-                ) =>
-            {
-                let rip = self.regs(tid)?.rip;
-                let addr = ptrace::getsiginfo(Pid::from_raw(tid)).map_or(0, |si| sys::fault_addr(&si));
-                return Err(Error::RemoteFault { func, tid, signal: sig, rip, addr });
-            }
-            // Someone else's signal: hold it for the target, run on.
-            Event::Signal(sig) => self.thread(tid).pending.push(sig),
-            Event::Exiting(status) => {
-                self.thread(tid).exit = Some(status);
-                return Err(self.exited("remote execution", status));
-            }
-            Event::Gone(status) => {
-                self.threads.remove(&tid);
-                return Err(self.exited("remote execution", status));
-            }
-            Event::Exec => return Err(self.exec_error("remote execution")),
-        }
-        Ok(None)
+        self.checked_syscall("munmap", libc::SYS_munmap, &[addr, len]).map(drop)
     }
 
     /// After a timeout: stop the thread again so its registers can be restored.
@@ -372,40 +233,6 @@ impl Process {
         let _ = self.interrupt(tid).and_then(|()| self.wait_stopped([tid].into(), "stop after a timeout"));
         self.timeout = saved;
         err
-    }
-
-    /// Restores the saved registers, keeping the first error, and brings the
-    /// thread from the stop our code ended in (a SIGTRAP or SIGSEGV of ours,
-    /// with the trap flag of a single step still armed in the kernel) back to a
-    /// plain interrupt stop: if papirus dies from here on, the kernel resumes the
-    /// thread exactly where the target left it, with no signal injected.
-    fn restore(&mut self, tid: i32, regs: &Regs, x: &super::XState, out: Result<Regs>) -> Result<Regs> {
-        if !self.threads.contains_key(&tid) {
-            return out;
-        }
-        let r1 = self.set_regs(tid, regs);
-        let r2 = self.set_xstate(tid, x);
-        let r3 = if out.is_ok() { self.settle(tid) } else { Ok(()) };
-        let out = out?;
-        r1?;
-        r2?;
-        r3?;
-        Ok(out)
-    }
-
-    /// Moves `tid` from the signal-delivery stop of our own trap to an interrupt
-    /// stop, the signal discarded (PTRACE_CONT also clears single-stepping).
-    /// Every signal is blocked for that short resume, so none is dequeued (and
-    /// held by us) on the way: the target's signals stay queued in the kernel.
-    pub(super) fn settle(&mut self, tid: i32) -> Result<()> {
-        let ptrace_err = |op, errno| Error::Ptrace { op, tid, errno };
-        let mask = sys::get_sigmask(tid).map_err(|e| ptrace_err("PTRACE_GETSIGMASK", e))?;
-        sys::set_sigmask(tid, u64::MAX).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e))?;
-        let stopped = self
-            .cont_and_interrupt(tid)
-            .and_then(|()| self.wait_stopped([tid].into(), "stop after remote code"));
-        let restored = sys::set_sigmask(tid, mask).map_err(|e| ptrace_err("PTRACE_SETSIGMASK", e));
-        stopped.and(restored)
     }
 }
 

@@ -1,18 +1,24 @@
 //! Raw system calls of process control that nix does not wrap in a way we can use:
 //! wait statuses with real-time signals, ptrace requests carrying any signal
-//! number, the XSAVE register set, and the child half of fork + execve.
+//! number, the XSAVE register set, a PTRACE_SEIZE that gives up, and the
+//! child half of fork + execve.
 //!
 //! # Safety
 //!
 //! Every block calls one libc function with pointers to live, correctly sized
-//! local buffers; the kernel writes at most the length we pass. The child half
+//! local buffers; the kernel writes at most the length we pass. The signal
+//! handler of [`seize_bounded`] touches only the interrupted context the
+//! kernel hands it and a constant-initialised thread-local flag. The child half
 //! of [`fork_exec`] runs after `fork` in a copy of a possibly multi-threaded
 //! process, so it calls only async-signal-safe functions on memory prepared
 //! before the fork, and never returns.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::ffi::CString;
 use std::os::fd::RawFd;
+use std::sync::OnceLock;
+use std::time::Duration;
 
 use nix::errno::Errno;
 
@@ -22,10 +28,10 @@ const NT_X86_XSTATE: libc::c_int = 0x202;
 /// The largest XSAVE area we accept (AMX-capable CPUs need about 11 KiB).
 const XSTATE_MAX: usize = 16 * 1024;
 
-/// One raw ptrace request; `data` carries a signal number for CONT, DETACH, SINGLESTEP.
+/// One raw ptrace request; `data` carries a signal number for CONT, DETACH, SYSCALL.
 pub(super) fn ptrace(req: libc::c_uint, tid: i32, addr: u64, data: u64) -> Result<libc::c_long, Errno> {
     Errno::clear();
-    // SAFETY: the requests used through this helper (CONT, DETACH, SINGLESTEP,
+    // SAFETY: the requests used through this helper (CONT, DETACH, SYSCALL,
     // INTERRUPT) take no pointers; addr and data are plain integers.
     let r = unsafe { libc::ptrace(req, tid, addr as *mut libc::c_void, data as *mut libc::c_void) };
     if r == -1 { Err(Errno::last()) } else { Ok(r) }
@@ -88,6 +94,95 @@ pub(super) fn set_sigmask(tid: i32, mask: u64) -> Result<(), Errno> {
         libc::ptrace(libc::PTRACE_SETSIGMASK, tid, 8usize as *mut libc::c_void, &mask as *const u64)
     };
     if r == -1 { Err(Errno::last()) } else { Ok(()) }
+}
+
+thread_local! {
+    /// This thread is inside [`seize_bounded`]'s PTRACE_SEIZE.
+    static SEIZING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The signal that cuts a PTRACE_SEIZE short: papirus uses it for nothing
+/// else, and installs its handler only while the process left it alone.
+fn abort_signal() -> libc::c_int {
+    libc::SIGRTMAX()
+}
+
+/// Ends a PTRACE_SEIZE that waits: the kernel has rewound the call for its
+/// restart (-ERESTARTNOINTR: rip on its `syscall`, rax its number), so the
+/// context returns EINTR past it instead.
+extern "C" fn on_abort(_: libc::c_int, _: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    if !SEIZING.with(Cell::get) {
+        return;
+    }
+    // SAFETY: the kernel passes the interrupted thread's ucontext; rip points
+    // at code of this thread, readable; only the saved registers change.
+    unsafe {
+        let g = &mut (*(ctx as *mut libc::ucontext_t)).uc_mcontext.gregs;
+        let (rax, rip) = (libc::REG_RAX as usize, libc::REG_RIP as usize);
+        if g[rax] == libc::SYS_ptrace && *(g[rip] as *const [u8; 2]) == [0x0f, 0x05] {
+            g[rax] = -(libc::EINTR as i64);
+            g[rip] += 2;
+        }
+    }
+}
+
+/// Whether [`on_abort`] is the abort signal's handler (installed at the first use).
+fn abort_handler() -> bool {
+    static INSTALLED: OnceLock<bool> = OnceLock::new();
+    *INSTALLED.get_or_init(|| {
+        // SAFETY: sigaction with a zeroed, then filled, struct; the old
+        // disposition is only read; the handler is async-signal-safe.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(abort_signal(), std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                return false;
+            }
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_abort as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(abort_signal(), &sa, std::ptr::null_mut()) == 0
+        }
+    })
+}
+
+/// PTRACE_SEIZE of `tid`, given up with EINTR when it waits longer than
+/// `limit`. The kernel makes a seize wait while the process is inside
+/// execve, and the execve waits for its tracer to let go of the threads it
+/// kills: a seize that waited for ever there would never return.
+pub(super) fn seize_bounded(tid: i32, options: libc::c_int, limit: Duration) -> Result<(), Errno> {
+    let seize = || {
+        // SAFETY: PTRACE_SEIZE takes no pointers; data carries the options.
+        let r = unsafe { libc::ptrace(libc::PTRACE_SEIZE, tid, 0usize, options as usize) };
+        if r == -1 { Err(Errno::last()) } else { Ok(()) }
+    };
+    if !abort_handler() {
+        return seize();
+    }
+    // SAFETY: timer_create with a zeroed sigevent naming this thread; the
+    // timer is deleted before returning.
+    let timer = unsafe {
+        let mut ev: libc::sigevent = std::mem::zeroed();
+        ev.sigev_notify = libc::SIGEV_THREAD_ID;
+        ev.sigev_signo = abort_signal();
+        ev.sigev_notify_thread_id = libc::gettid();
+        let mut t: libc::timer_t = std::ptr::null_mut();
+        (libc::timer_create(libc::CLOCK_MONOTONIC, &mut ev, &mut t) == 0).then_some(t)
+    };
+    let Some(timer) = timer else { return seize() };
+    let every =
+        libc::timespec { tv_sec: limit.as_secs() as libc::time_t, tv_nsec: limit.subsec_nanos().into() };
+    let spec = libc::itimerspec { it_interval: every, it_value: every };
+    SEIZING.with(|s| s.set(true));
+    // SAFETY: arms the timer created above with a live spec.
+    unsafe { libc::timer_settime(timer, 0, &spec, std::ptr::null_mut()) };
+    let r = seize();
+    SEIZING.with(|s| s.set(false));
+    // SAFETY: deletes the timer created above (a signal it already queued finds SEIZING false).
+    unsafe { libc::timer_delete(timer) };
+    r
 }
 
 /// `tgkill(pid, tid, sig)`: re-queues a signal we held back while the thread was stopped.

@@ -1,22 +1,24 @@
 //! `papirus-probe attach`: choose the functions, load the runtime into a
-//! running process, start a session, patch, let it run; then restore the
-//! original code, put back every return address the runtime hijacked, write
-//! the report from the results segment, end the session and detach.
+//! running process (or take a reference to the one it has), start a
+//! session, patch, let it run; then restore the original code, put back
+//! every return address the runtime hijacked, write the report from the
+//! results segment, end the session, give the runtime back and detach.
 //!
-//! What stays in the target after detach: the runtime library (inert: no
-//! hooks reachable, no constructor, no atexit handler, no thread-exit work
-//! once the session ended). The results segment is unmapped, and so are the
-//! trampoline arenas, once no thread will resume in one and no word of a
-//! thread's stack points into one ([`super::release`]); pages such a word
-//! points into stay, and the summary says how many bytes and why; they are
-//! recorded in the runtime so the next detach checks them again. Children the target forked during the window are
-//! held, restored the same way and released before the target itself.
+//! What stays in the target after detach: nothing of papirus but trampoline
+//! pages a word of a thread's stack points into ([`super::release`]: a
+//! frame may still return there), which the summary counts and explains
+//! and the next detach looks at again. The results segment is unmapped, the
+//! other trampoline pages too, and papirus' reference to the runtime
+//! library is given back once no thread can be inside it, so the loader
+//! unloads it (the summary says why when it stays: a preload, another
+//! reference). Children the target forked during the window are held,
+//! restored the same way and released before the target itself.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::release::{Kept, release_recorded};
+use super::release::{Kept, release_recorded, runtime_mapping, unload_runtime};
 use super::results::{Results, maps_segment, other_process_state, write};
 use super::trace::TraceSummary;
 use super::{
@@ -81,6 +83,8 @@ pub struct AttachSummary {
     pub kept: Kept,
     /// The trace, when asked for.
     pub trace: Option<TraceSummary>,
+    /// Why the runtime library stays loaded in the target (`None`: unloaded).
+    pub runtime_stays: Option<String>,
 }
 
 /// Instruments process `pid` until the duration ends or `stop` is set, then
@@ -106,18 +110,18 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     // Select before touching anything: a selection that matches nothing loads nothing.
     let (mut names, mut specs) =
         select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
-    if TargetHooks::find(&p).is_err() {
-        super::results::settle(&mut p)?;
-        p.inject(&opts.runtime)?;
-    }
-    let hooks = TargetHooks::find(&p)?;
-    for s in &mut specs {
-        s.hook = match s.hook {
-            1 => hooks.enter,
-            2 => hooks.unwind_begin,
-            _ => hooks.catch,
-        };
-    }
+    // A reference of papirus' own to the runtime, given back at detach
+    // (without one, the runtime stays: it was there before papirus came).
+    let (library, no_reference) = match runtime_mapping(pid) {
+        Some(m) => match p.reference(&m) {
+            Ok(l) => (Some(l), None),
+            Err(e) => (None, Some(format!("papirus could take no reference to it ({e})"))),
+        },
+        None => {
+            super::results::settle(&mut p)?;
+            (Some(p.inject(&opts.runtime)?), None)
+        }
+    };
     let m = Measure {
         probe: opts.probe,
         events: &opts.events,
@@ -125,14 +129,40 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         nodes: opts.nodes,
         trace: opts.trace.as_ref(),
     };
-    let (results, mut tracing) = start_session(&mut p, &hooks, m, &mut names, &mut specs)?;
-    let (installed, refused, arenas) = match patch_stopped(&mut p, &specs) {
-        Ok(o) => (o.installed, o.refused, o.arenas),
+    let started = TargetHooks::find(&p).and_then(|hooks| {
+        for s in &mut specs {
+            s.hook = match s.hook {
+                1 => hooks.enter,
+                2 => hooks.unwind_begin,
+                _ => hooks.catch,
+            };
+        }
+        let (results, tracing) = start_session(&mut p, &hooks, m, &mut names, &mut specs)?;
+        Ok((hooks, results, tracing))
+    });
+    let (hooks, results, mut tracing) = match started {
+        Ok(v) => v,
         Err(e) => {
-            let _ = p.call(hooks.teardown, &[]);
+            // No session: nothing of it can be running.
+            if let Some(l) = &library {
+                let _ = p.unload(l);
+            }
             return Err(e);
         }
     };
+    let (outcome, patched) = patch_stopped(&mut p, &specs);
+    let (installed, refused, arenas) = (outcome.installed, outcome.refused, outcome.arenas);
+    if let Err(e) = patched {
+        // What was patched may have run meanwhile: undone as at detach (an
+        // image that exec'd or ended has nothing of ours left to undo).
+        let gone =
+            matches!(e, ProbeError::Process(crate::Error::Exec { .. } | crate::Error::TargetExited { .. }));
+        if !gone && let Err(undo) = restore(&mut p, installed, &arenas, &results, 0, &hooks, library.as_ref())
+        {
+            eprintln!("papirus-probe: pid {pid}: restoring after the failure: {undo}");
+        }
+        return Err(e);
+    }
     let count = installed.len();
     // Let it run without us: a detached process needs no tracer to keep going.
     p.detach()?;
@@ -182,6 +212,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
                 released: 0,
                 kept: Kept::default(),
                 trace,
+                runtime_stays: None,
             });
         }
     };
@@ -196,7 +227,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     let mut restored = Vec::new();
     let mut failures = Vec::new();
     for (record, child, mut c) in kids {
-        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks) {
+        match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks, library.as_ref()) {
             Ok(()) => restored.push(child),
             // A child that exits meanwhile takes its patched code with it.
             Err(_) if gone(child as i32) => {}
@@ -219,9 +250,15 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     // Every patch is restored and every hijacked return put back: the
     // arenas go, and what an earlier detach left where nothing returns now.
     let kept = release_recorded(&mut p, &arenas);
+    let runtime = match (&ended, &library) {
+        (Ok(_), Some(l)) => unload_runtime(&mut p, l),
+        (Ok(_), None) => Ok(no_reference),
+        (Err(_), _) => Ok(Some("its session could not be ended".to_string())),
+    };
     p.detach()?;
     ended?;
     let (kept, released) = kept?;
+    let runtime_stays = runtime?;
     let report = report?;
     write(&opts.output, &report)?;
     let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
@@ -241,6 +278,7 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
         released,
         kept,
         trace,
+        runtime_stays,
     })
 }
 
@@ -295,7 +333,8 @@ fn children(results: &Results, pid: i32) -> Vec<(u32, u32)> {
         .collect()
 }
 
-/// Restores a child forked during the window: its code, its hijacked
+/// Restores a stopped process of the session (a child forked during the
+/// window, or the target after a failed patch): its code, its hijacked
 /// returns, its session ended and its copy of the arenas unmapped (pages a
 /// frame may return into excepted); then lets it go.
 fn restore(
@@ -305,6 +344,7 @@ fn restore(
     results: &Results,
     record: u32,
     hooks: &TargetHooks,
+    library: Option<&crate::process::Library>,
 ) -> Result<(), ProbeError> {
     let tramps = trampolines(&installed);
     unpatch_stopped(c, installed)?;
@@ -312,9 +352,14 @@ fn restore(
     restore_returns(c, results, record)?;
     c.call_held(hooks.teardown, &[])?;
     let (kept, _) = release_recorded(c, arenas)?;
+    if let Some(library) = library
+        && let Some(why) = unload_runtime(c, library)?
+    {
+        eprintln!("papirus-probe: pid {}: the probe runtime stays loaded: {why}", c.pid());
+    }
     if !kept.ranges.is_empty() {
         eprintln!(
-            "papirus-probe: child {}: {} bytes of trampolines stay: {}",
+            "papirus-probe: pid {}: {} bytes of trampolines stay: {}",
             c.pid(),
             kept.bytes(),
             kept.reason

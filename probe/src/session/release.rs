@@ -20,20 +20,21 @@
 //! such a thread stays, every arena stays. So do they while a thread waits
 //! in `vfork`: its child runs in the same memory, outside papirus' hold.
 //!
-//! What stays is written into a record in the runtime library (which stays
-//! loaded), so the next detach finds those pages, checks they are still
-//! the bytes papirus left there, and releases them too when nothing can
-//! return into them any more: stale words do not pile pages up across
-//! attaches.
+//! The arenas are mapped from a memfd named [`ARENA_NAME`], so the next
+//! detach finds the pages that stay by their name in `/proc/PID/maps` and
+//! releases them too when nothing can return into them any more: stale
+//! words do not pile pages up across attaches.
+//!
+//! Last, papirus gives back its reference to the runtime library
+//! ([`unload_runtime`]), which the loader then unmaps.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use super::ProbeError;
 use crate::patch::Arena;
-use crate::patch::arena::TRAMPOLINE_MAX;
+use crate::patch::arena::{ARENA_NAME, TRAMPOLINE_MAX};
 use crate::process::Process;
-use papirus_probe_abi::KEPT_RANGES;
 
 const PAGE: u64 = 4096;
 /// Rounds of letting the target run while a thread is inside a signal handler.
@@ -60,78 +61,38 @@ impl Kept {
 }
 
 /// Unmaps the arenas of a stopped process as [`release`] does, together
-/// with the pages an earlier detach left mapped (found in the runtime's
-/// record and checked to be the same bytes in the same anonymous
-/// executable mapping), and records what stays for the next detach.
-/// Returns what stays and the bytes unmapped.
+/// with the pages an earlier detach left mapped (found by their memfd's
+/// name, [`ARENA_NAME`], in a private executable mapping). Returns what
+/// stays and the bytes unmapped.
 pub(super) fn release_recorded(p: &mut Process, arenas: &[Arena]) -> Result<(Kept, u64), ProbeError> {
-    let module = super::RUNTIME_FILE.trim_end_matches(".so");
-    // A runtime without the record (an older build still loaded) keeps nothing across attaches.
-    let record = match p.module_function(module, "papirus_probe_kept") {
-        Ok(f) => Some(p.call(f, &[])?).filter(|&a| a != 0),
-        Err(_) => None,
-    };
     let mut all = arenas.to_vec();
-    if let Some(at) = record {
-        all.extend(recorded(p, at)?);
+    for a in left_earlier(p)? {
+        if !all.iter().any(|b| b.base < a.base + a.len && a.base < b.base + b.len) {
+            all.push(a);
+        }
     }
     let mut kept = release(p, &all)?;
-    if let Some(at) = record {
-        let mut words = vec![0u64; 3 * KEPT_RANGES];
-        for (i, &(start, end)) in kept.ranges.iter().take(KEPT_RANGES).enumerate() {
-            words[3 * i..3 * i + 3].copy_from_slice(&[
-                start,
-                end,
-                fnv(&p.read_vec(start, (end - start) as usize)?),
-            ]);
-        }
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        p.write_memory(at, &bytes)?;
-    }
     if !kept.ranges.is_empty() {
-        kept.reason.push_str(if record.is_none() || kept.ranges.len() > KEPT_RANGES {
-            " (not all recorded for the next attach to check again: those stay for the process' lifetime)"
-        } else {
-            " (the next attach checks them again)"
-        });
+        kept.reason.push_str(" (the next detach looks at them again)");
     }
     let released = all.iter().map(|a| a.len).sum::<u64>() - kept.bytes();
     Ok((kept, released))
 }
 
-/// The ranges of the runtime's record at `at` that are still what the
-/// record says: wholly inside one anonymous executable, non-writable
-/// mapping, with the recorded bytes.
-fn recorded(p: &Process, at: u64) -> Result<Vec<Arena>, ProbeError> {
-    let words: Vec<u64> = p
-        .read_vec(at, 3 * KEPT_RANGES * 8)?
-        .chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().unwrap_or_default()))
-        .collect();
+/// Trampoline pages an earlier detach left mapped: the private,
+/// executable, read-only mappings of papirus' arena memfd.
+fn left_earlier(p: &Process) -> Result<Vec<Arena>, ProbeError> {
     let maps = papirus_substrate::maps::read(p.pid()).map_err(|source| ProbeError::Io {
         op: "read",
         path: format!("/proc/{}/maps", p.pid()).into(),
         source,
     })?;
-    let mut out = Vec::new();
-    for r in words.chunks_exact(3) {
-        let (start, end, hash) = (r[0], r[1], r[2]);
-        if start == 0 || end <= start || start % PAGE != 0 || end % PAGE != 0 || end - start > 1 << 30 {
-            continue;
-        }
-        let ours = maps.iter().any(|m| {
-            m.start <= start
-                && end <= m.end
-                && m.perms.exec
-                && !m.perms.write
-                && m.inode == 0
-                && m.name.is_empty()
-        });
-        if ours && p.read_vec(start, (end - start) as usize).is_ok_and(|b| fnv(&b) == hash) {
-            out.push(Arena { base: start, len: end - start, used: 0 });
-        }
-    }
-    Ok(out)
+    let name = format!("/memfd:{ARENA_NAME} (deleted)");
+    Ok(maps
+        .iter()
+        .filter(|m| m.name == name && m.perms.exec && !m.perms.write && m.perms.private)
+        .map(|m| Arena { base: m.start, len: m.end - m.start, used: 0 })
+        .collect())
 }
 
 /// Whether the thread with registers `r` is in a `vfork` (or a `clone`
@@ -146,11 +107,6 @@ fn in_vfork(p: &Process, r: &crate::process::Regs) -> bool {
         libc::SYS_clone3 => p.read_u64(r.rdi).map_or(true, |flags| flags & vfork != 0),
         _ => false,
     }
-}
-
-/// FNV-1a, 64 bits.
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// Unmaps the arenas of a stopped process whose patches are all restored
@@ -263,4 +219,81 @@ fn live_pages(p: &Process, arenas: &[Arena]) -> Result<Result<BTreeSet<u64>, Dou
         }
     }
     Ok(Ok(pages))
+}
+
+/// Rounds of letting the target run before the runtime is given back.
+const UNLOAD_ROUNDS: usize = 50;
+
+/// The runtime library's file mappings in process `pid`.
+fn runtime_maps(pid: i32) -> Result<Vec<papirus_substrate::maps::Mapping>, ProbeError> {
+    let module = super::RUNTIME_FILE.trim_end_matches(".so");
+    let maps = papirus_substrate::maps::read(pid).map_err(|source| ProbeError::Io {
+        op: "read",
+        path: format!("/proc/{pid}/maps").into(),
+        source,
+    })?;
+    Ok(maps
+        .into_iter()
+        .filter(|m| m.inode != 0 && m.name.rsplit('/').next().is_some_and(|b| b.starts_with(module)))
+        .collect())
+}
+
+/// The target's mapping of the runtime library (its first), if it has one loaded.
+pub(super) fn runtime_mapping(pid: i32) -> Option<papirus_substrate::maps::Mapping> {
+    runtime_maps(pid).ok()?.into_iter().next()
+}
+
+/// Gives back papirus' reference to the runtime library once the session
+/// has ended (its thread-exit key deleted, its segment unmapped), so the
+/// loader unloads it: nothing of it stays in the target. Returns why it
+/// stays when it does.
+///
+/// A thread ending just then may already have read the deleted key's
+/// destructor inside libc and be about to call it, in the runtime: so the
+/// target first runs until every thread that was in user space has moved
+/// on (its rip changed, or it entered a system call) and none will resume
+/// in the runtime's code (its PC or a signal frame's).
+pub(super) fn unload_runtime(
+    p: &mut Process,
+    library: &crate::process::Library,
+) -> Result<Option<String>, ProbeError> {
+    let mut still: std::collections::BTreeMap<i32, u64> = std::collections::BTreeMap::new();
+    for tid in p.threads() {
+        let r = p.regs(tid)?;
+        if r.orig_rax as i64 == -1 {
+            still.insert(tid, r.rip);
+        }
+    }
+    let mut clear = false;
+    for _ in 0..UNLOAD_ROUNDS {
+        p.run_for(Duration::from_millis(1))?;
+        let code: Vec<(u64, u64)> =
+            runtime_maps(p.pid())?.iter().filter(|m| m.perms.exec).map(|m| (m.start, m.end)).collect();
+        let mut busy = false;
+        for tid in p.threads() {
+            let r = p.regs(tid)?;
+            if still.get(&tid).is_some_and(|&rip| rip == r.rip && r.orig_rax as i64 == -1) {
+                busy = true;
+            } else {
+                still.remove(&tid);
+            }
+            busy |= p.resume_pcs(tid)?.iter().any(|pc| code.iter().any(|&(s, e)| (s..e).contains(pc)));
+        }
+        if !busy {
+            clear = true;
+            break;
+        }
+    }
+    if !clear {
+        return Ok(Some(
+            "a thread kept running inside it or did not move past the point it was stopped at".into(),
+        ));
+    }
+    let file = |maps: Vec<papirus_substrate::maps::Mapping>| maps.first().map(|m| (m.dev, m.inode));
+    let before = file(runtime_maps(p.pid())?);
+    p.unload(library)?;
+    let after = file(runtime_maps(p.pid())?);
+    Ok((after.is_some() && after == before).then(|| {
+        "the loader keeps it (another reference: a preload, or a library that depends on it)".to_string()
+    }))
 }

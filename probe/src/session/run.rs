@@ -149,7 +149,9 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
         trace: opts.trace.as_ref(),
     };
     let (results, tracing) = start_session(p, &hooks, m, &mut names, &mut specs)?;
-    let outcome = patch_stopped(p, &specs)?;
+    // A failure kills the program (see `run`): its patches need no restoring.
+    let (outcome, patched) = patch_stopped(p, &specs);
+    patched?;
     let (installed, refused) = (outcome.installed, outcome.refused);
     super::print_summary(&installed, &refused);
     Ok((names, results, installed.len(), refused, tracing))

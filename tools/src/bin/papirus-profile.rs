@@ -32,7 +32,9 @@ Events: task-clock (default), cpu-clock, page-faults, a breakpoint
 event (cycles, instructions, …) where the machine exposes a PMU; without
 one they fail with the kernel's reason. EVENT/PERIOD samples every PERIOD
 events. Breakpoints and tracepoints sample every event unless -c or -F say
-otherwise.
+otherwise. As perf record, an event without a modifier samples user and
+kernel mode where this user may (root, CAP_PERFMON, perf_event_paranoid
+≤ 1), else user mode only, saying so; `:u` or `:k` choose (task-clock:u).
 
 Call chains: -g takes the kernel's frame-pointer walk, which needs frame
 pointers (gcc/clang -fno-omit-frame-pointer, Rust -C force-frame-pointers=yes):
@@ -212,6 +214,9 @@ fn record_cmd(args: RecordArgs) -> Result<ExitCode, Failure> {
         rec.duration_ns as f64 / 1e9,
         args.output.display()
     );
+    for n in &rec.notes {
+        note.push_str(&format!("\npapirus-profile: {n}"));
+    }
     if rec.rings.lost > 0 {
         note.push_str(&format!(
             "\npapirus-profile: {} samples lost in {} LOST records: the {}-page rings filled faster than they \

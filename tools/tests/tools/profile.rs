@@ -98,7 +98,7 @@ fn profile_finds_the_known_shares_of_hot_functions() {
         assert!(line.starts_with("profile_hot;") && line.contains(";main;run;hot_"), "{line}");
     }
     let t = text(&report(&r.file, &[]).stdout);
-    assert!(t.contains("# event: task-clock, 1000 Hz, call chains"), "{t}");
+    assert!(t.contains("# event: task-clock (user+kernel), 1000 Hz, call chains"), "{t}");
     assert!(t.contains("# lost: 0 samples"), "{t}");
     let row = t.lines().find(|l| l.trim_end().ends_with(" hot_a")).expect("a hot_a row");
     let self_pct: f64 = row.split_whitespace().nth(1).unwrap().trim_end_matches('%').parse().unwrap();

@@ -203,11 +203,11 @@ fn stay_kb(stderr: &str) -> u64 {
         .sum()
 }
 
-/// kB mapped by anonymous executable mappings among `lines` (maps lines).
-fn anon_exec_kb(lines: &[String]) -> u64 {
+/// kB mapped by papirus' trampoline arenas among `lines` (maps lines).
+fn arena_kb(lines: &[String]) -> u64 {
     lines
         .iter()
-        .filter(|l| l.split_whitespace().count() == 5)
+        .filter(|l| l.contains("/memfd:papirus-probe-trampolines"))
         .filter_map(|l| {
             let (a, b) = l.split_whitespace().next()?.split_once('-')?;
             Some((u64::from_str_radix(b, 16).ok()? - u64::from_str_radix(a, 16).ok()?) / 1024)
@@ -216,7 +216,8 @@ fn anon_exec_kb(lines: &[String]) -> u64 {
 }
 
 /// The lines of a maps text that are papirus' or could be: anonymous
-/// executable mappings (trampoline arenas) and files named papirus.
+/// executable mappings and files named papirus (the runtime, the results
+/// segment, the trampoline arenas' memfd).
 fn papirus_lines(maps: &str) -> Vec<String> {
     maps.lines()
         .filter(|l| {
@@ -254,22 +255,52 @@ fn nothing_stays_after_detach() {
         let maps = t.maps();
         assert!(!maps.contains("papirus-probe-results"), "segment still mapped:\n{maps}");
         // The trampoline arenas are gone but for the pages the summary says
-        // stay (a word of a stack points into them); the runtime library
-        // stays (inert).
+        // stay (a word of a stack points into them), and so is the runtime
+        // library: nothing else of papirus is left.
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(" kB unmapped"), "{err}");
+        assert!(err.contains("probe runtime: unloaded"), "{err}");
         let stays = stay_kb(&err);
         let left: Vec<String> = papirus_lines(&maps).into_iter().filter(|l| !before.contains(l)).collect();
-        let (runtime, other): (Vec<String>, Vec<String>) =
-            left.into_iter().partition(|l| l.ends_with("libpapirus_probe_runtime.so"));
-        assert!(!runtime.is_empty());
-        assert_eq!(anon_exec_kb(&other), stays, "{other:#?}\n{err}");
+        let (arenas, other): (Vec<String>, Vec<String>) =
+            left.into_iter().partition(|l| l.contains("/memfd:papirus-probe-trampolines"));
+        assert!(other.is_empty(), "{other:#?}\n{err}");
+        assert_eq!(arena_kb(&arenas), stays, "{arenas:#?}\n{err}");
     }
     // Its later end writes nothing anywhere we can see.
     let before: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     drop(t);
     let after: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().path()).collect();
     assert_eq!(before, after);
+}
+
+/// A target that already has the runtime (preloaded): each attach takes a
+/// reference of its own and gives it back, the loader keeps the library for
+/// the preload, the summary says so, and every attach measures.
+#[test]
+fn a_preloaded_runtime_stays_and_serves_every_attach() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Path::new(env!("CARGO_BIN_EXE_papirus-probe"))
+        .parent()
+        .unwrap()
+        .join("deps/libpapirus_probe_runtime.so");
+    let exe = target();
+    let mut c =
+        Command::new(&exe).arg("loop").env("LD_PRELOAD", &runtime).stdout(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+    let t = Looper(c);
+    for round in 0..2 {
+        let out = dir.path().join(format!("attach{round}.json"));
+        let o = attach(t.pid(), &out, "0.3");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "round {round}: {err}");
+        assert!(calls(&read(&out), "leaf") > 0, "round {round}");
+        assert!(err.contains("probe runtime: stays loaded: the loader keeps it"), "round {round}: {err}");
+        let maps = t.maps();
+        assert!(maps.contains("libpapirus_probe_runtime.so"), "the preload went: {maps}");
+        assert!(!maps.contains("papirus-probe-results"), "segment still mapped:\n{maps}");
+    }
 }
 
 /// A stack word that points into a trampoline keeps its page mapped at
@@ -291,9 +322,10 @@ fn a_page_a_stack_word_points_into_stays_until_the_word_goes() {
     assert!(o.status.success(), "{err}");
     let held = lines.next().unwrap().unwrap();
     let held = u64::from_str_radix(held.strip_prefix("held ").unwrap(), 16).unwrap();
-    let left: Vec<String> = new_lines().into_iter().filter(|l| !l.contains("papirus")).collect();
+    let left = new_lines();
     assert!(stay_kb(&err) > 0, "{err}");
-    assert_eq!(anon_exec_kb(&left), stay_kb(&err), "{left:#?}\n{err}");
+    assert_eq!(arena_kb(&left), stay_kb(&err), "{left:#?}\n{err}");
+    assert!(left.iter().all(|l| l.contains("/memfd:papirus-probe-trampolines")), "{left:#?}\n{err}");
     let covers = |l: &String| {
         let (a, b) = l.split_whitespace().next().unwrap().split_once('-').unwrap();
         (u64::from_str_radix(a, 16).unwrap()..u64::from_str_radix(b, 16).unwrap()).contains(&held)
@@ -306,7 +338,7 @@ fn a_page_a_stack_word_points_into_stays_until_the_word_goes() {
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success(), "{err}");
     assert_eq!(stay_kb(&err), 0, "{err}");
-    let left: Vec<String> = new_lines().into_iter().filter(|l| !l.contains("papirus")).collect();
+    let left = new_lines();
     assert!(left.is_empty(), "{left:#?}\n{err}");
     assert!(calls(&read(&dir.path().join("second.json")), "leaf") > 0, "the target runs on");
 }
@@ -461,18 +493,17 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_said() {
     );
 }
 
-/// Resident kB of a process in anonymous executable mappings (the
-/// patcher's trampoline pages, unmapped at detach but for those a word of a
-/// stack points into).
+/// Resident kB of a process in papirus' trampoline arenas (unmapped at
+/// detach but for pages a word of a stack points into).
 fn trampoline_kb(pid: i32) -> u64 {
     let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
-    let (mut anon_exec, mut kb) = (false, 0);
+    let (mut arena, mut kb) = (false, 0);
     for l in smaps.lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
         if f.first().is_some_and(|a| a.contains('-') && a.chars().all(|c| c.is_ascii_hexdigit() || c == '-'))
         {
-            anon_exec = f.get(1).is_some_and(|p| p.contains('x')) && f.len() < 6;
-        } else if anon_exec && f.first() == Some(&"Rss:") {
+            arena = l.contains("/memfd:papirus-probe-trampolines");
+        } else if arena && f.first() == Some(&"Rss:") {
             kb += f[1].parse::<u64>().unwrap();
         }
     }
@@ -544,9 +575,10 @@ fn http_server_survives_ten_attaches_of_libpython() {
         stays = stay_kb(&err);
         notes.extend(
             err.lines()
-                .filter(|l| l.contains("trampolines:"))
+                .filter(|l| l.contains("trampolines:") || l.contains("probe runtime:"))
                 .map(|l| format!("round {round}: {}", l.trim())),
         );
+        assert!(err.contains("probe runtime: unloaded"), "round {round}: {err}");
         if round == 0 {
             after_first = rss_kb(server.pid());
         }
@@ -562,12 +594,15 @@ fn http_server_survives_ten_attaches_of_libpython() {
     );
     assert_eq!(failed, 0);
     assert!(ok > 100);
-    // What stays of the trampolines is exactly what the last summary said
-    // stays (each detach checks again what the ones before left).
+    // Nothing of papirus is left but what the last summary said stays of
+    // the trampolines (each detach checks again what the ones before left).
     let left: Vec<String> =
         papirus_lines(&server.maps()).into_iter().filter(|l| !before.contains(l)).collect();
     eprintln!("{notes:#?}\nleft: {left:#?}");
-    assert_eq!(anon_exec_kb(&left), stays, "{notes:#?}\n{left:#?}");
+    let (arenas, other): (Vec<String>, Vec<String>) =
+        left.into_iter().partition(|l| l.contains("/memfd:papirus-probe-trampolines"));
+    assert!(other.is_empty(), "{notes:#?}\n{other:#?}");
+    assert_eq!(arena_kb(&arenas), stays, "{notes:#?}\n{arenas:#?}");
     assert!(trampolines <= stays);
     assert!(end * 10 <= start * 11, "RSS grew from {start} to {end} kB over ten cycles");
 }

@@ -109,20 +109,15 @@ fn attach_and_detach_every_mode_repeatedly() {
             let out = attach_cmd(s.pid(), &report, Some("0.02")).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!err.contains("panicked"), "{mode} round {round}: {err}");
-            // An exec while attached is reported and leaves the new image alone.
-            let exec_seen = mode == "exec" && err.contains("called execve");
-            // An attach that an execve overtook may also end in an error (the
-            // threads it held were replaced): the target must come out whole,
-            // which the verdict below checks.
-            let overtaken = mode == "exec" && !out.status.success() && image_of(s.pid()) != image;
-            raced += usize::from(overtaken);
-            assert!(
-                out.status.success() || exec_seen || overtaken,
-                "{mode} round {round}: papirus-probe failed:\n{err}"
-            );
+            // An exec while attached is noticed and said (whatever phase it
+            // overtook: no timeout, no other error) and leaves the new image
+            // alone; the verdict below checks the target came out whole.
+            let exec_seen = mode == "exec" && err.contains("called execve") && image_of(s.pid()) != image;
+            raced += usize::from(exec_seen && !out.status.success());
+            assert!(out.status.success() || exec_seen, "{mode} round {round}: papirus-probe failed:\n{err}");
         }
         if raced > 0 {
-            println!("{mode}: {raced} of {n} attaches overtaken by an execve ended in an error");
+            println!("{mode}: {raced} of {n} attaches overtaken by an execve stopped, saying so");
         }
         let (verdict, status) = s.finish();
         assert_all_ok(&[mode], &verdict, status, &format!("{mode} after {n} attaches"));
@@ -380,7 +375,12 @@ fn killing_the_tool_never_harms_the_target() {
         let (verdict, status) = s.finish();
         assert_all_ok(&modes, &verdict, status, &what);
     }
-    println!("{n} kills per signal and kind: {:.1} s", t0.elapsed().as_secs_f64());
+    println!(
+        "{} kills ({n} each of SIGINT, SIGTERM, SIGHUP with and without --duration, {n} SIGKILL): \
+         the target survived every one with correct values, its code the file's after each catchable one; {:.1} s",
+        7 * n,
+        t0.elapsed().as_secs_f64()
+    );
 }
 
 /// A thread's first instrumented call registers it, and registering calls
@@ -457,6 +457,81 @@ int main(int argc, char **argv) {
         assert!(
             status.success() && line.trim() == "loaded 40",
             "round {round}: target ended with {status} ({line:?}); tool ended {st}:\n{said}{rest}"
+        );
+    }
+}
+
+/// The counters probe reads an event without a user-space path
+/// (`page-faults`) with `read(2)`, from the hooks: the thread's PC is then
+/// in libc while it will still write its slot. Here `read` is the program's
+/// own, slow for every descriptor but stdin, so the thread sits in it when
+/// papirus detaches: the session must not end until the thread is back out
+/// of the runtime.
+#[test]
+fn detach_waits_for_a_thread_reading_its_counters_in_libc() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = Cc::from_text(
+        dir.path(),
+        "slowread.c",
+        r#"#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+/* Every read but stdin's takes 60 ms (the counters reader's read(2) lands here). */
+ssize_t read(int fd, void *buf, size_t n) {
+    if (fd > 2) {
+        struct timespec d = {0, 60 * 1000 * 1000};
+        while (nanosleep(&d, &d)) {}
+    }
+    return syscall(SYS_read, fd, buf, n);
+}
+__attribute__((noinline)) long first_call(long x) { return x * 3 + 1; }
+static volatile int stop;
+static void *caller(void *a) {
+    long sum = 0;
+    for (long i = 0; !stop; i++) sum += first_call(i) - (i * 3 + 1);
+    return (void *)sum;
+}
+int main(void) {
+    char line[16];
+    printf("ready\n");
+    fflush(stdout);
+    pthread_t t;
+    pthread_create(&t, 0, caller, 0);
+    while (fgets(line, sizeof line, stdin)) {}
+    stop = 1;
+    void *r;
+    pthread_join(t, &r);
+    printf("%s\n", r ? "wrong" : "right");
+    return r != 0;
+}
+"#,
+    )
+    .opt("-O1")
+    .args(["-pthread", "-rdynamic"])
+    .build(dir.path(), "slowread");
+    let report = dir.path().join("report.json");
+    for round in 0..2 {
+        let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let mut tool = attach_cmd(child.id() as i32, &report, Some("0.2"));
+        tool.args(["-f", "first_call", "--probe", "counters", "--events", "page-faults"]);
+        let out_tool = tool.output().unwrap();
+        let err = String::from_utf8_lossy(&out_tool.stderr);
+        assert!(out_tool.status.success(), "round {round}: {err}");
+        drop(stdin);
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        let status = child.wait().unwrap();
+        assert!(
+            status.success() && line.trim() == "right",
+            "round {round}: target ended with {status} ({line:?}); tool said:\n{err}"
         );
     }
 }

@@ -603,6 +603,11 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         k => format!("{} kB unmapped, {} kB stay: {}", kb(s.released), kb(k), s.kept.reason),
     };
     view.notes.push(("trampolines".into(), tramps));
+    let runtime = match &s.runtime_stays {
+        None => "unloaded".to_string(),
+        Some(why) => format!("stays loaded: {why}"),
+    };
+    view.notes.push(("probe runtime".into(), runtime));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
     trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
     show(&file, costs, &args.measure.probe, view, args.measure.full)?;
