@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use papirus_highlevel::{Counter as PCounter, Predicate, ProcessTime, TimeSource, Timer, Wall};
 use papirus_substrate::clock::{Source, clock};
-use papirus_substrate::fastread::{MappedCounter, MappedGroup, ReadPath, UserPath};
-use papirus_substrate::vclock::{self, VirtMethod};
+use papirus_substrate::fastread::{self, ReadMethod, ReadPath};
+use papirus_substrate::vclock;
 use papirus_substrate::{Count, EventAttr, Group, GroupCounts, Target, arch, parse_event, sys};
 
 use crate::rows::{Bench, Registry, RowResult};
@@ -85,7 +85,7 @@ fn real_path() -> String {
     }
 }
 
-fn virt_path(m: &VirtMethod, syncs: Option<(u64, u64)>) -> String {
+fn virt_path(m: &ReadMethod, syncs: Option<(u64, u64)>) -> String {
     let per = |what: &str| match syncs {
         Some((s, n)) if n > 0 => {
             format!(
@@ -96,9 +96,12 @@ fn virt_path(m: &VirtMethod, syncs: Option<(u64, u64)>) -> String {
         _ => what.to_string(),
     };
     match m {
-        VirtMethod::KernelTime => per("user-space (cap_user_time page)"),
-        VirtMethod::Hybrid => per("user-space (hybrid: TSC while the task-clock page's lock holds)"),
-        VirtMethod::Syscall { reason } => format!("syscall clock_gettime(CLOCK_THREAD_CPUTIME_ID): {reason}"),
+        ReadMethod::PageTime => per("user-space (cap_user_time page)"),
+        ReadMethod::ReadPlusTsc => {
+            per("user-space (the last syscall plus the TSC while the task-clock page's lock holds)")
+        }
+        ReadMethod::Syscall { reason } => format!("syscall clock_gettime(CLOCK_THREAD_CPUTIME_ID): {reason}"),
+        ReadMethod::Rdpmc => per("rdpmc"),
     }
 }
 
@@ -184,9 +187,9 @@ impl Paths {
     }
 }
 
-fn why_not_user(paths: &[UserPath], names: &[&str]) -> Option<String> {
-    paths.iter().zip(names).find_map(|(p, n)| match p {
-        UserPath::None { reason } => Some(format!("{n}: {reason}")),
+fn why_not_user(methods: &[ReadMethod], names: &[&str]) -> Option<String> {
+    methods.iter().zip(names).find_map(|(p, n)| match p {
+        ReadMethod::Syscall { reason } => Some(format!("{n}: {reason}")),
         _ => None,
     })
 }
@@ -202,9 +205,9 @@ fn counters(r: &mut Registry) {
             ),
             move |b| {
                 let attrs = names.iter().map(|e| attr(e)).collect::<Result<Vec<_>, _>>()?;
-                let g = MappedGroup::open(&attrs, Target::ThisThread).map_err(|e| e.to_string())?;
+                let g = fastread::group(&attrs, Target::ThisThread).map_err(|e| e.to_string())?;
                 g.enable().map_err(|e| e.to_string())?;
-                let why = why_not_user(g.paths(), names);
+                let why = why_not_user(g.methods(), names);
                 let paths = Paths::default();
                 let mut out: Vec<Count> = Vec::new();
                 let mut cost = b.time(None, || {
@@ -239,9 +242,9 @@ fn counters(r: &mut Registry) {
         "read of one hardware counter (instructions:u) by rdpmc from its mmap page",
         |b| {
             let a = attr("instructions:u")?;
-            let c = MappedCounter::open(&a, Target::ThisThread)
+            let c = fastread::counter(&a, Target::ThisThread)
                 .map_err(|e| format!("instructions:u cannot be opened: {e}"))?;
-            if let UserPath::None { reason } = c.path() {
+            if let ReadMethod::Syscall { reason } = c.method() {
                 return Err(format!("no rdpmc path: {reason}"));
             }
             c.enable().map_err(|e| e.to_string())?;
@@ -264,9 +267,9 @@ const EVENTSET_EVENTS: [&str; 2] = ["task-clock", "page-faults"];
 /// not user space when none did.
 fn set_paths(paths: &Paths, set: &papirus_lowlevel::EventSet) -> String {
     let names: Vec<String> = set.events().into_iter().map(|e| e.name).collect();
-    let terms: Vec<UserPath> = set.user_paths().into_iter().flatten().collect();
+    let terms: Vec<ReadMethod> = set.read_methods().into_iter().flatten().collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    format!("EventSet via fastread::GroupPages: {}", paths.describe(why_not_user(&terms, &names).as_deref()))
+    format!("EventSet via read::GroupReader: {}", paths.describe(why_not_user(&terms, &names).as_deref()))
 }
 
 fn eventset(r: &mut Registry) {

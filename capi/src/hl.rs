@@ -91,7 +91,7 @@ fn setup() -> Result<&'static Setup, Code> {
             let given: Vec<String> = std::env::var("PAPI_EVENTS")
                 .ok()
                 .filter(|_| s.source == EventSource::PapiEvents)
-                .map(|v| region::split_list(&v))
+                .and_then(|v| region::split_list(&v).ok())
                 .unwrap_or_default();
             let names = s
                 .events

@@ -20,7 +20,7 @@ use std::time::Instant;
 use criterion::Criterion;
 use papirus_highlevel::region::{Config, region_begin, region_end};
 use papirus_highlevel::{Counter, Predicate, ProcessTime, TimeSource, Timer, Wall};
-use papirus_substrate::fastread::MappedGroup;
+use papirus_substrate::fastread;
 use papirus_substrate::names::parse_event;
 use papirus_substrate::{Count, Target, arch, clock, sys, vclock};
 
@@ -29,7 +29,7 @@ struct Fixture {
     wall: Timer<Wall>,
     process: Timer<ProcessTime>,
     pred: Predicate,
-    group: MappedGroup,
+    group: fastread::MappedGroup,
     counts: Vec<Count>,
 }
 
@@ -39,7 +39,7 @@ fn fixture() -> Fixture {
         [("fooActive".to_string(), counter.clone()), ("calls".to_string(), Arc::new(Counter::new(5)))].into();
     let pred = Predicate::parse("fooActive > 0 && calls % 4 != 0", &env).expect("predicate parses");
     let attrs = [parse_event("page-faults").expect("parse"), parse_event("context-switches").expect("parse")];
-    let group = MappedGroup::open(&attrs, Target::ThisThread).expect("software events open here");
+    let group = fastread::group(&attrs, Target::ThisThread).expect("software events open here");
     group.enable().expect("enable");
     Fixture {
         counter,

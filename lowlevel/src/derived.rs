@@ -175,39 +175,6 @@ fn saturate(v: i128) -> i64 {
     v.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-/// A counter value as the kernel reports it under multiplexing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize)]
-pub struct Sample {
-    /// The raw count.
-    pub raw: u64,
-    /// Nanoseconds the event was enabled.
-    pub enabled: u64,
-    /// Nanoseconds it was actually on the PMU.
-    pub running: u64,
-}
-
-impl Sample {
-    /// The count extrapolated to the whole enabled time, exactly
-    /// (`raw * enabled / running` in 128 bits), saturating. When the event
-    /// never ran the estimate is 0; when running exceeds enabled (it happens)
-    /// the raw count is returned unscaled.
-    pub fn scaled(&self) -> u64 {
-        if self.running == 0 {
-            return 0;
-        }
-        if self.running >= self.enabled {
-            return self.raw;
-        }
-        let v = u128::from(self.raw) * u128::from(self.enabled) / u128::from(self.running);
-        u64::try_from(v).unwrap_or(u64::MAX)
-    }
-
-    /// The fraction of the enabled time the event ran (1.0 when not multiplexed).
-    pub fn fraction(&self) -> f64 {
-        if self.enabled == 0 { 1.0 } else { (self.running as f64 / self.enabled as f64).min(1.0) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,18 +205,5 @@ mod tests {
         assert_eq!(Derivation::Add.eval(&[i64::MAX, 5]), i64::MAX, "saturates");
         assert_eq!(Derivation::Sub.eval(&[5, 7, 1]), -3);
         assert_eq!(Derivation::NotDerived.eval(&[42]), 42);
-    }
-
-    #[test]
-    fn scaling_is_exact_and_total() {
-        let s = Sample { raw: 1_000, enabled: 300, running: 100 };
-        assert_eq!(s.scaled(), 3_000);
-        assert!((s.fraction() - 1.0 / 3.0).abs() < 1e-12);
-        let never = Sample { raw: 0, enabled: 300, running: 0 };
-        assert_eq!(never.scaled(), 0);
-        let odd = Sample { raw: 77, enabled: 100, running: 120 };
-        assert_eq!(odd.scaled(), 77, "running > enabled is returned unscaled");
-        let huge = Sample { raw: u64::MAX / 2, enabled: u64::MAX, running: u64::MAX / 4 };
-        assert_eq!(huge.scaled(), u64::MAX, "saturates instead of overflowing");
     }
 }

@@ -28,15 +28,13 @@ pub mod derived;
 pub mod error;
 pub mod eventset;
 pub mod library;
-#[cfg(test)]
-mod mock;
 pub mod native;
 pub mod overflow;
 pub mod preset;
 pub mod profil;
 
 pub use error::{Code, Error, Result, SetOp};
-pub use eventset::{EventInfo, EventRef, EventSet, Granularity, Options, Status, Value};
+pub use eventset::{EventInfo, EventRef, EventSet, Granularity, Options, ResolvedEvent, Status, Value};
 pub use library::{
     Library, Machine, Tid, init, is_initialized, list_threads, real_cyc, real_nsec, real_usec, thread_id,
     virt_cyc, virt_nsec, virt_usec,

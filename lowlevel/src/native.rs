@@ -70,14 +70,7 @@ pub struct Resolved {
 pub fn resolve(name: &str) -> Result<Resolved> {
     let parser = names::default_parser()?;
     match parser.parse_full(name) {
-        Ok(mut parsed) => {
-            if !has_modifier(name) {
-                // Scheduler software events and msr-like PMUs count nothing (or
-                // refuse to open) in user space only.
-                parsed.attr.default_domain(&parsed.pmu);
-            }
-            Ok(Resolved { code: code_of(name), name: name.trim().to_string(), parsed })
-        }
+        Ok(parsed) => Ok(Resolved { code: code_of(name), name: name.trim().to_string(), parsed }),
         Err(papirus_substrate::Error::UnknownEvent { name, mut suggestions }) => {
             let near = closest_presets(&name, 2);
             if name.to_ascii_uppercase().starts_with("PAPI_") {
@@ -90,18 +83,6 @@ pub fn resolve(name: &str) -> Result<Resolved> {
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// Whether `name` ends with perf modifiers (`:u`, `:uk`, `/k`).
-pub(crate) fn has_modifier(name: &str) -> bool {
-    let name = name.trim();
-    let tail = match (name.rfind(':'), name.rfind('/')) {
-        (Some(c), Some(s)) => &name[c.max(s) + 1..],
-        (Some(c), None) => &name[c + 1..],
-        (None, Some(s)) => &name[s + 1..],
-        (None, None) => return false,
-    };
-    !tail.is_empty() && tail.chars().all(|c| "ukhGHIpPSDWebR".contains(c))
 }
 
 /// Resolves the native event with code `code`.
@@ -205,13 +186,10 @@ mod tests {
 
     #[test]
     fn modifiers_are_recognised() {
-        assert!(has_modifier("cycles:u") && has_modifier("cpu/event=0x3c/uk") && has_modifier("cs:k"));
-        assert!(
-            !has_modifier("task-clock")
-                && !has_modifier("msr/tsc/")
-                && !has_modifier("syscalls:sys_enter_write")
-        );
-        assert!(!has_modifier("mem:0x401126:x"));
+        let modifiers = |n: &str| resolve(n).unwrap().parsed.modifiers;
+        assert!(modifiers("task-clock:u") && modifiers("cs:k") && modifiers("page-faults:uk"));
+        assert!(!modifiers("task-clock") && !modifiers("msr/tsc/"));
+        assert!(!modifiers("mem:0x401126:x"), "an access type is no modifier");
         // Without a modifier, scheduler events count every domain (user only would count 0).
         let cs = resolve("context-switches").unwrap();
         assert_eq!(cs.parsed.attr.domain_value(), papirus_substrate::Domain::ALL);

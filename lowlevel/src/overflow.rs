@@ -109,7 +109,7 @@ pub(crate) fn check_request(attr: &EventAttr, threshold: u64, flags: u32) -> Res
             reason: format!("unknown bits {:#x}: pass 0 or OVERFLOW_HARDWARE", flags & !OVERFLOW_HARDWARE),
         });
     }
-    let clock = attr.type_() == PERF_TYPE_SOFTWARE
+    let clock = attr.pmu_type() == PERF_TYPE_SOFTWARE
         && [PERF_COUNT_SW_CPU_CLOCK, PERF_COUNT_SW_TASK_CLOCK].contains(&attr.config_value());
     if clock && threshold < MIN_CLOCK_PERIOD_NS {
         return Err(Error::Invalid {

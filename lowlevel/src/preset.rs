@@ -634,7 +634,7 @@ mod tests {
             .iter()
             .map(|t| {
                 let a = t.core_attr().unwrap_or_else(|| panic!("{preset} on {cpu} is not a core event"));
-                assert_eq!(a.type_(), PERF_TYPE_RAW);
+                assert_eq!(a.pmu_type(), PERF_TYPE_RAW);
                 a.config_value()
             })
             .collect();

@@ -1,24 +1,41 @@
-//! Per-call cost of an instrumented call: the uninstrumented call, the
-//! trampoline with the empty probe (entry + exit hooks, no clock), with the
-//! wallclock probe (two TSC reads, the call-path tree), the wallclock probe
-//! tracing every call into its ring while a thread drains it into a trace
-//! file (as `papirus-probe run --trace` does), with the counters probe reading
-//! task-clock (the substrate's user-space path, behind an XSAVE of the
-//! extended state), and uprobe+uretprobe counting on the same body (a typical
-//! -O2 entry, and one behind a 5-byte nop), all in one run.
+//! Per-call cost of an instrumented call, every row beside its baselines
+//! from the same run: the uninstrumented call; the trampoline with the empty
+//! probe (entry and exit hooks, no clock), the wallclock probe (two TSC
+//! reads, the call-path tree), the wallclock probe tracing every call into
+//! its ring while a thread drains it into a trace file (as `papirus-probe
+//! run --trace` does), and the counters probe reading task-clock (from its
+//! mmap page and the TSC) and task-clock + page-faults (page-faults by one
+//! `read(2)` per hook); uprobe+uretprobe counting on the same body (a
+//! typical -O2 entry, and one behind a 5-byte nop); and end to end, one
+//! program plain, under `papirus-probe run` (with and without `--trace`) and
+//! under `uftrace record -P` (Debian's uftrace, installed when missing).
 //!
-//! Times are this thread's CPU time (user + kernel, so uprobe traps count),
-//! not wall time: the machines these run on are shared, and a preempted
-//! sample would otherwise measure someone else's work.
+//! The counters probe's events are fixed per process, so the task-clock +
+//! page-faults rows run in a child process of this bench (the same binary),
+//! started in the same run. Times are this thread's CPU time (user +
+//! kernel, so uprobe traps and `read(2)` count), not wall time: the machines
+//! these run on are shared, and a preempted sample would otherwise measure
+//! someone else's work. The summary's figures are medians over rounds that
+//! interleave the probes, so every probe sees the same load.
 //!
 //! `cargo bench -p papirus-probe --bench probe -- --warm-up-time 1 --measurement-time 2`
 
 use std::hint::black_box;
+use std::process::Command;
 use std::time::Duration;
 
 use criterion::Criterion;
-use papirus_probe::session::cost::{Body, Drive, Target, Tiny, cpu_time, ns_per_call};
+use papirus_probe::session::cost::{Body, Drive, Instrumented, Target, Tiny, cpu_time, median, ns_per_call};
 use papirus_probe_abi::Probe;
+
+/// Set in the child that measures the task-clock + page-faults rows.
+const CHILD: &str = "PAPIRUS_PROBE_BENCH_EVENTS";
+/// The events of the child's counters probe.
+const TWO_EVENTS: &str = "task-clock,page-faults";
+/// Interleaved rounds of the summary.
+const ROUNDS: usize = 9;
+/// Calls per measurement of the summary.
+const CALLS: i64 = 1_000_000;
 
 fn bench(c: &mut Criterion, name: &str, drive: Drive, f: Tiny) {
     c.bench_function(name, |b| {
@@ -28,6 +45,75 @@ fn bench(c: &mut Criterion, name: &str, drive: Drive, f: Tiny) {
             cpu_time() - t
         })
     });
+}
+
+/// Medians of interleaved rounds: ns per call of the uninstrumented body,
+/// then of the patched body under each of `probes`.
+fn interleaved(lib: &Target, patched: &Instrumented, probes: &[Probe]) -> (f64, Vec<f64>) {
+    let (drive, tiny, tiny_ref) = (lib.drive(), lib.tiny(Body::Patched), lib.tiny(Body::Reference));
+    let mut base = Vec::new();
+    let mut rows = vec![Vec::new(); probes.len()];
+    for _ in 0..ROUNDS {
+        base.push(ns_per_call(drive, tiny_ref, CALLS, 1));
+        for (p, row) in probes.iter().zip(&mut rows) {
+            patched.set_probe(*p);
+            let n = if *p == Probe::Counters { CALLS / 10 } else { CALLS };
+            row.push(ns_per_call(drive, tiny, n, 1));
+        }
+    }
+    patched.set_probe(Probe::Empty);
+    (median(&base), rows.iter().map(|r| median(r)).collect())
+}
+
+/// The child: the counters probe reading task-clock and page-faults.
+fn child(events: &str) {
+    let mut c = Criterion::default().configure_from_args().warm_up_time(Duration::from_secs(1));
+    let lib = Target::build().unwrap_or_else(|e| panic!("{e}"));
+    let events: Vec<&str> = events.split(',').collect();
+    let patched = lib.instrument_with(&events).unwrap_or_else(|e| panic!("{e}"));
+    if let Err(e) = patched.counters() {
+        println!("child unavailable {e}");
+        return;
+    }
+    patched.set_probe(Probe::Counters);
+    bench(
+        &mut c,
+        &format!("call/trampoline+counters({})", events.join("+")),
+        lib.drive(),
+        lib.tiny(Body::Patched),
+    );
+    let (base, rows) = interleaved(&lib, &patched, &[Probe::Counters]);
+    println!("child {base} {}", rows[0]);
+    c.final_summary();
+}
+
+/// Runs the child and returns its (uninstrumented, counters) medians.
+fn two_events() -> Result<(f64, f64), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let out = Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(CHILD, TWO_EVENTS)
+        .output()
+        .map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for line in text.lines().filter(|l| !l.starts_with("child ")) {
+        println!("{line}");
+    }
+    let line = text.lines().find_map(|l| l.strip_prefix("child ")).ok_or_else(|| {
+        format!(
+            "the child printed no figures ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )
+    })?;
+    if let Some(why) = line.strip_prefix("unavailable ") {
+        return Err(why.to_string());
+    }
+    let v: Vec<f64> = line.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    match v[..] {
+        [base, counters] => Ok((base, counters)),
+        _ => Err(format!("the child printed `{line}`")),
+    }
 }
 
 /// A thread draining the in-process session's trace rings into a trace
@@ -149,10 +235,11 @@ fn end_to_end() {
     }
     match uf {
         Ok(u) => println!(
-            "  uftrace record -P tiny         {:8.2} ns  (+{:.2} ns, {:.1}× papirus' trace per call)",
+            "  uftrace record -P tiny         {:8.2} ns  (+{:.2} ns, {:.1}× papirus' trace, {:.1}× the wallclock probe per call)",
             u.median(),
             added(&u),
-            added(&u) / added(&traced)
+            added(&u) / added(&traced),
+            added(&u) / added(&wall)
         ),
         Err(e) => println!("  uftrace record -P tiny         not measured: {e}"),
     }
@@ -218,6 +305,10 @@ fn drain_rate() -> (f64, f64) {
 }
 
 fn main() {
+    if let Some(events) = std::env::var_os(CHILD) {
+        child(&events.to_string_lossy());
+        return;
+    }
     let mut c = Criterion::default().configure_from_args().warm_up_time(Duration::from_secs(1));
     let lib = Target::build().unwrap_or_else(|e| panic!("{e}"));
     let drive = lib.drive();
@@ -243,6 +334,7 @@ fn main() {
         patched.set_probe(Probe::Counters);
         bench(&mut c, "call/trampoline+counters(task-clock)", drive, tiny);
     }
+    patched.set_probe(Probe::Empty);
 
     let mut probes = Vec::new();
     let mut uprobes = Vec::new();
@@ -257,52 +349,65 @@ fn main() {
         }
     }
 
-    // A summary from one more pass, so every ratio comes from this run.
-    patched.set_probe(Probe::Empty);
-    let n = 1_000_000;
-    let base = ns_per_call(drive, tiny_ref, n, 7);
-    let empty = ns_per_call(drive, tiny, n, 7);
-    patched.set_probe(Probe::Wallclock);
-    let wall = ns_per_call(drive, tiny, n, 7);
+    // The summary: every figure from this run.
+    let mut which = vec![Probe::Empty, Probe::Wallclock];
+    if counters {
+        which.push(Probe::Counters);
+    }
+    let (base, rows) = interleaved(&lib, &patched, &which);
     let traced = Drain::start(&patched);
-    let trace = ns_per_call(drive, tiny, n, 7);
+    let (trace_base, trace_rows) = interleaved(&lib, &patched, &[Probe::Wallclock]);
     let drained_summary = traced.stop(&patched);
-    patched.set_probe(Probe::Counters);
-    let cnt = counters.then(|| ns_per_call(drive, tiny, n / 10, 7));
-    patched.set_probe(Probe::Wallclock);
-    println!("\nper call, thread CPU time (best of 7 × {n} calls):");
-    println!("  uninstrumented             {base:8.2} ns");
-    println!(
-        "  trampoline, empty probe    {empty:8.2} ns  (+{:.2} ns, {:.1}× the call)",
-        empty - base,
-        empty / base
-    );
-    println!(
-        "  trampoline, wallclock      {wall:8.2} ns  (+{:.2} ns, {:.1}× the call)",
-        wall - base,
-        wall / base
-    );
-    println!(
-        "  trampoline, wallclock+trace{trace:8.2} ns  (+{:.2} ns, {:.2}× the wallclock probe's added cost; goal ≤ 2×)",
-        trace - base,
-        (trace - base) / (wall - base)
+    let two = two_events();
+    let (empty, wall) = (rows[0], rows[1]);
+    println!("\nper call, thread CPU time, medians of {ROUNDS} interleaved rounds:");
+    let line = |what: &str, ns: f64, base: f64, more: &str| {
+        println!(
+            "  {what:<38}{ns:8.2} ns  (+{:.2} ns, {:.1}× the uninstrumented call){more}",
+            ns - base,
+            ns / base
+        );
+    };
+    println!("  {:<38}{base:8.2} ns", "uninstrumented");
+    line("trampoline, empty probe", empty, base, "");
+    line("trampoline, wallclock probe", wall, base, "");
+    if counters {
+        let cnt = rows[2];
+        line(
+            "trampoline, counters (task-clock)",
+            cnt,
+            base,
+            &format!("; {:.2}× the wallclock probe", cnt / wall),
+        );
+    }
+    match &two {
+        Ok((b2, c2)) => line(
+            "trampoline, counters (task-clock, page-faults)",
+            *c2,
+            *b2,
+            " [child process; uninstrumented there]",
+        ),
+        Err(e) => println!("  counters (task-clock, page-faults): not measured: {e}"),
+    }
+    let trace = trace_rows[0];
+    line(
+        "trampoline, wallclock probe + trace",
+        trace,
+        trace_base,
+        &format!(
+            "; {:.2}× the wallclock probe's added cost, goal ≤ 2× [rounds of their own]",
+            (trace - trace_base) / (wall - base)
+        ),
     );
     for (what, (calls, lost)) in [("criterion rows", drained), ("summary", drained_summary)] {
         println!(
             "    trace drained during the {what}: {calls} calls written, {lost} lost to ring overwrites"
         );
     }
-    if let Some(cnt) = cnt {
-        println!(
-            "  trampoline, counters       {cnt:8.2} ns  (+{:.2} ns, {:.1}× the call; task-clock)",
-            cnt - base,
-            cnt / base
-        );
-    }
     for (name, f) in uprobes {
         let up = ns_per_call(drive, f, 20_000, 7);
         println!(
-            "  uprobe+uretprobe {name:<10}{up:8.0} ns  ({:.0}× the wallclock probe per call, {:.0}× its added cost)",
+            "  uprobe+uretprobe {name:<21}{up:8.0} ns  ({:.0}× the wallclock probe per call, {:.0}× its added cost)",
             up / wall,
             (up - base) / (wall - base)
         );

@@ -20,7 +20,7 @@ use papirus_substrate::arch;
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
 use papirus_substrate::clock::clock;
 use papirus_substrate::event::{Count, Target};
-use papirus_substrate::fastread::{MappedCounter, MappedGroup};
+use papirus_substrate::fastread;
 use papirus_substrate::sys::clock_gettime;
 use papirus_substrate::vclock::{thread_cpu_ns, thread_method};
 use papirus_substrate::{EventAttr, Kind};
@@ -61,9 +61,9 @@ fn benches(c: &mut Criterion) {
     bench(c, "virtual_time", "thread_cpu_ns", thread_cpu_ns);
     bench(c, "virtual_time", "clock_gettime_thread_cputime", || clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID));
 
-    match MappedCounter::open(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread) {
+    match fastread::counter(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread) {
         Ok(tc) => {
-            eprintln!("task-clock path: {:?}", tc.path());
+            eprintln!("task-clock method: {:?}", tc.method());
             tc.enable().expect("enable task-clock");
             bench(c, "task_clock", "user_space", || tc.read().map(|r| r.0.raw));
             bench(c, "task_clock", "read_syscall", || tc.read_syscall().map(|r| r.raw));
@@ -81,9 +81,9 @@ fn benches(c: &mut Criterion) {
         sw("page-faults", b::PERF_COUNT_SW_PAGE_FAULTS),
         sw("context-switches", b::PERF_COUNT_SW_CONTEXT_SWITCHES),
     ];
-    match (MappedGroup::open(&times, Target::ThisThread), MappedGroup::open(&mixed, Target::ThisThread)) {
+    match (fastread::group(&times, Target::ThisThread), fastread::group(&mixed, Target::ThisThread)) {
         (Ok(g), Ok(m)) => {
-            eprintln!("group paths: {:?}; mixed group paths: {:?}", g.paths(), m.paths());
+            eprintln!("group methods: {:?}; mixed group methods: {:?}", g.methods(), m.methods());
             g.enable().expect("enable group");
             m.enable().expect("enable group");
             let mut out: Vec<Count> = Vec::new();

@@ -174,11 +174,23 @@ pub struct ClockInfo {
     pub shift: u32,
 }
 
+static CLOCK: OnceLock<Clock> = OnceLock::new();
+
 /// The process-wide clock, set up on first use (up to about 50 ms when it
 /// has to calibrate).
 pub fn clock() -> &'static Clock {
-    static CLOCK: OnceLock<Clock> = OnceLock::new();
     CLOCK.get_or_init(Clock::new)
+}
+
+/// Sets up [`clock`] on a thread of its own, so that a calibration (mostly
+/// sleeping) overlaps with the caller's work instead of delaying the first
+/// caller that needs the clock; that caller then waits only for what is
+/// left of it. Does nothing once the clock is set up.
+pub fn set_up_in_background() {
+    if CLOCK.get().is_none() {
+        // Without a thread (none can be made), the first use sets it up.
+        let _ = std::thread::Builder::new().name("papirus-clock".into()).spawn(clock);
+    }
 }
 
 // The process-wide clock is shared by every thread.
@@ -302,6 +314,13 @@ impl Clock {
     /// The TSC frequency in Hz, when the TSC is used.
     pub fn tsc_hz(&self) -> Option<f64> {
         self.tsc_hz
+    }
+
+    /// The TSC's rate for the counting core's readers, when real time is
+    /// read from the TSC.
+    pub fn tsc_rate(&self) -> Option<crate::read::TscRate> {
+        let hz = self.tsc_hz.filter(|_| self.is_tsc())?;
+        Some(crate::read::TscRate { mult: self.mult, shift: self.shift, hz })
     }
 
     /// How the conversion was found.

@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use crate::arch;
 use crate::clock::{ClockInfo, clock};
-use crate::vclock::{ThreadClock, VirtMethod};
+use crate::read::ReadMethod;
+use crate::vclock::ThreadClock;
 
 /// The version of the JSON layout `papirus-hwinfo --json` prints.
 pub const FORMAT_VERSION: u32 = 1;
@@ -97,7 +98,7 @@ pub struct HwInfo {
     /// The real-time clock setup: TSC frequency, how found, usability.
     pub clock: ClockInfo,
     /// How virtual (thread CPU) time is read here (see [`crate::vclock`]).
-    pub virtual_time: VirtMethod,
+    pub virtual_time: ReadMethod,
     /// The hypervisor, if CPUID reports one.
     pub hypervisor: Option<Hypervisor>,
     /// Hardware counters.
@@ -356,9 +357,13 @@ impl fmt::Display for HwInfo {
         };
         row(f, "real time source", src)?;
         let vt = match &self.virtual_time {
-            VirtMethod::KernelTime => "perf page cap_user_time extrapolation".to_string(),
-            VirtMethod::Hybrid => "CLOCK_THREAD_CPUTIME_ID + TSC while the perf page lock holds".to_string(),
-            VirtMethod::Syscall { reason } => format!("CLOCK_THREAD_CPUTIME_ID syscall ({reason})"),
+            ReadMethod::PageTime => "perf page cap_user_time extrapolation".to_string(),
+            ReadMethod::ReadPlusTsc => {
+                "CLOCK_THREAD_CPUTIME_ID + TSC while the perf page lock holds".to_string()
+            }
+            ReadMethod::Syscall { reason } => format!("CLOCK_THREAD_CPUTIME_ID syscall ({reason})"),
+            // A thread's CPU time is never on a hardware counter.
+            ReadMethod::Rdpmc => "rdpmc".to_string(),
         };
         row(f, "virtual time", vt)?;
         row(

@@ -1,30 +1,27 @@
 //! papirus-substrate: the machine layer of papirus.
 //!
-//! The only crate of papirus that talks to `perf_event_open(2)`, its ioctls
-//! and mmap'd pages, the TSC, and sysfs. Everything unsafe lives in
-//! [`sys`] (syscalls), [`mmap`] (counter pages), [`ring`] (sample ring
-//! buffer pages), [`arch`] (rdtsc, cpuid, rdpmc), [`signal`] (the overflow
-//! signal handler and signal dispositions), [`exit`] (`atexit`) and
-//! [`stdio`] (the start-up check of the standard streams); the rest is safe
-//! Rust.
+//! The counting core ([`papirus_counting`]: events, groups, their layout,
+//! mmap pages, user-space reads, the estimator) re-exported at its own
+//! paths, and above it event names and PMUs from sysfs, ELF symbols, the TSC
+//! clock and virtual time, sampling, ring buffers, overflow signals and
+//! hardware information. Everything unsafe lives in the counting core's
+//! `sys`, `mmap` and `arch` modules and in [`signal`] (the overflow signal
+//! handler and signal dispositions), [`ring`], [`exit`] and [`stdio`] (the
+//! start-up check of the standard streams); the rest is safe Rust.
 #![deny(unsafe_code)]
 
-pub mod arch;
-pub mod attr;
+pub use papirus_counting::{arch, attr, count, error, event, group, layout, mapped, mmap, read, sys};
+
 pub mod catalog;
 pub mod clock;
 pub mod command;
 pub mod demangle;
 pub mod elf;
-pub mod error;
-pub mod event;
 pub mod exit;
 pub mod fastread;
-pub mod group;
 pub mod hwinfo;
 pub mod input;
 pub mod maps;
-pub mod mmap;
 pub mod names;
 pub mod pmu;
 pub mod ring;
@@ -32,11 +29,21 @@ pub mod sample;
 pub mod signal;
 pub mod stdio;
 pub mod symbolize;
-pub mod sys;
 pub mod vclock;
 
 pub use attr::{Domain, EventAttr, Kind};
+pub use count::{Count, Estimate, Scaling};
 pub use error::{Error, Op, Result};
-pub use event::{Count, Counter, Scaling, Target};
+pub use event::{Counter, Target};
 pub use group::{Group, GroupCounts, Member};
 pub use names::{Parser, parse_event};
+
+impl papirus_counting::event::SamplingAttr for sample::Sampling {
+    fn validate(&self, event: &str) -> Result<()> {
+        sample::Sampling::validate(self, event)
+    }
+
+    fn apply(&self, attr: &mut sys::perf_event_attr) {
+        sample::Sampling::apply(self, attr)
+    }
+}

@@ -283,6 +283,9 @@ pub struct ParsedEvent {
     pub scale: f64,
     /// The unit of the scaled value (sysfs `.unit`), if any.
     pub unit: Option<String>,
+    /// Whether the name chose the domain with modifiers (`:u`, `/k`);
+    /// without, the PMU's default domain applies ([`Domain::default_for`]).
+    pub modifiers: bool,
 }
 
 /// Turns event names into attrs over one set of PMUs and one tracefs.
@@ -425,8 +428,8 @@ impl Parser {
     fn symbolic(&self, event: &str, base: &str, mods: Option<&str>) -> Result<ParsedEvent> {
         let fixed = |kind, type_, config, pmu: &str| -> Result<ParsedEvent> {
             let mut attr = EventAttr::new(event, kind, type_, config);
-            apply_modifiers(event, &mut attr, mods, pmu, false)?;
-            Ok(ParsedEvent { attr, pmu: pmu.to_string(), scale: 1.0, unit: None })
+            let modifiers = apply_modifiers(event, &mut attr, mods, pmu, false)?;
+            Ok(ParsedEvent { attr, pmu: pmu.to_string(), scale: 1.0, unit: None, modifiers })
         };
         if let Some(n) = HARDWARE.iter().find(|n| n.names.contains(&base)) {
             return fixed(Kind::Hardware, b::PERF_TYPE_HARDWARE, n.config, "hardware");
@@ -551,8 +554,8 @@ impl Parser {
         let mut attr =
             EventAttr::new(enc.set_name.unwrap_or(event).to_string(), kind, pmu.type_, enc.words[0]);
         attr.config1(enc.words[1]).config2(enc.words[2]);
-        apply_modifiers(event, &mut attr, mods, &pmu.name, pmu.counts_all_domains())?;
-        Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale, unit })
+        let modifiers = apply_modifiers(event, &mut attr, mods, &pmu.name, pmu.counts_all_domains())?;
+        Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale, unit, modifiers })
     }
 
     /// `subsystem:name`.
@@ -614,8 +617,8 @@ impl Parser {
             reason: format!("{} holds `{}`, not a tracepoint id", id_path.display(), text.trim()),
         })?;
         let mut attr = EventAttr::new(event, Kind::Tracepoint, b::PERF_TYPE_TRACEPOINT, id);
-        apply_modifiers(event, &mut attr, mods, "tracepoint", false)?;
-        Ok(ParsedEvent { attr, pmu: "tracepoint".into(), scale: 1.0, unit: None })
+        let modifiers = apply_modifiers(event, &mut attr, mods, "tracepoint", false)?;
+        Ok(ParsedEvent { attr, pmu: "tracepoint".into(), scale: 1.0, unit: None, modifiers })
     }
 
     /// `mem:ADDR[/LEN][:ACCESS][:MODS]` or `mem:SYMBOL[+OFF][/LEN][:ACCESS][:MODS]`.
@@ -697,8 +700,8 @@ impl Parser {
         }
         let mut attr = EventAttr::new(event, Kind::Breakpoint, b::PERF_TYPE_BREAKPOINT, 0);
         attr.bp_type(bp_type).config1(addr).config2(len);
-        apply_modifiers(event, &mut attr, mods, "breakpoint", false)?;
-        Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None })
+        let modifiers = apply_modifiers(event, &mut attr, mods, "breakpoint", false)?;
+        Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None, modifiers })
     }
 
     /// `uprobe:PATH:SYMBOL[+OFF]`, `uretprobe:PATH:SYMBOL`, or `0xADDR` for SYMBOL.
@@ -768,7 +771,7 @@ impl Parser {
             .map_err(|_| malformed(event, "the path contains a NUL byte"))?;
         let mut attr = EventAttr::new(event, Kind::Dynamic, pmu.type_, config);
         attr.uprobe_path(c_path).config2(file_offset).default_domain(&pmu.name);
-        Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale: 1.0, unit: None })
+        Ok(ParsedEvent { attr, pmu: pmu.name.clone(), scale: 1.0, unit: None, modifiers: false })
     }
 }
 
@@ -1072,16 +1075,17 @@ fn parse_number(s: &str) -> Option<u64> {
 
 /// Applies `u`/`k`/`h`, or without them the default domain of an event of
 /// PMU `pmu` ([`Domain::default_for`]); `fixed_domain` PMUs refuse modifiers.
+/// Returns whether modifiers were given.
 fn apply_modifiers(
     event: &str,
     attr: &mut EventAttr,
     mods: Option<&str>,
     pmu: &str,
     fixed_domain: bool,
-) -> Result<()> {
+) -> Result<bool> {
     let Some(mods) = mods else {
         attr.default_domain(pmu);
-        return Ok(());
+        return Ok(false);
     };
     if let Some(c) = mods.chars().find(|c| !"ukh".contains(*c)) {
         return Err(malformed(
@@ -1102,7 +1106,7 @@ fn apply_modifiers(
         kernel: mods.contains('k'),
         hypervisor: mods.contains('h'),
     });
-    Ok(())
+    Ok(true)
 }
 
 /// `L1-dcache-load-misses` and its aliases; `None` if `base` starts with no cache name.

@@ -128,11 +128,7 @@ fn dispose(signal: i32, handler: libc::sighandler_t, flags: i32) -> std::io::Res
     if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
 }
 
-/// The kernel thread id of the caller.
-pub fn gettid() -> i32 {
-    // SAFETY: gettid takes no arguments and cannot fail.
-    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
-}
+pub use crate::sys::gettid;
 
 /// How a record reached the callback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,18 +9,18 @@
 //! steal time on kernels with paravirtual steal accounting. perf's
 //! `task-clock` measures nearly the same thing with perf's clock but differs
 //! by microseconds per sleep/wake cycle on these KVM guests; a task-clock
-//! event is read by [`crate::fastread::MappedCounter`] instead, with its own
+//! event is read by [`crate::mapped::MappedCounter`] instead, with its own
 //! `read(2)` value as the base.
 //!
-//! # Methods ([`VirtMethod`])
+//! # Methods ([`ReadMethod`], as for counters)
 //!
-//! - **`KernelTime`** — where the kernel offers `cap_user_time` on a
+//! - **`PageTime`** — where the kernel offers `cap_user_time` on a
 //!   per-thread task-clock page (bare metal, native stable sched clock):
 //!   `time_running` plus the TSC time since the page was written, the
 //!   documented extrapolation, plus the thread's CPU time before the event
 //!   was opened (measured once). No system call after that; from then on
 //!   the value advances with the task-clock's running time.
-//! - **`Hybrid`** — otherwise, e.g. on KVM guests whose sched clock is
+//! - **`ReadPlusTsc`** — otherwise, e.g. on KVM guests whose sched clock is
 //!   kvm-clock: the page's times are unusable, but the kernel still rewrites
 //!   the page (its `lock` moves) at every context switch of the thread. A
 //!   sync takes one `CLOCK_THREAD_CPUTIME_ID` syscall and the TSC around
@@ -29,7 +29,7 @@
 //!   since) and less than [`MAX_SYNC_INTERVAL`] has passed.
 //! - **`Syscall`** — no usable TSC or no perf event: every read is the syscall.
 //!
-//! # Error bound (Hybrid)
+//! # Error bound (ReadPlusTsc)
 //!
 //! Between syncs the TSC counts time the guest cannot see: host steal time
 //! (excluded from `CLOCK_THREAD_CPUTIME_ID` by paravirt steal accounting).
@@ -46,8 +46,8 @@
 //! # Caveats
 //!
 //! - `prctl(PR_TASK_PERF_EVENTS_DISABLE)` stops the reader's own event too;
-//!   context switches then go unseen, and until it is re-enabled a Hybrid
-//!   read may count up to [`MAX_SYNC_INTERVAL`] of sleep (still within
+//!   context switches then go unseen, and until it is re-enabled a
+//!   `ReadPlusTsc` read may count up to [`MAX_SYNC_INTERVAL`] of sleep (still within
 //!   [`ERROR_BOUND`]).
 //! - The page's `lock` rising at every context switch was verified on
 //!   kernel 6.18 for non-inherited per-thread events; this reader never
@@ -62,146 +62,45 @@
 use std::cell::{Cell, OnceCell};
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, OwnedFd};
-use std::time::Duration;
 
 use perf_event_open_sys::bindings as b;
-use serde::Serialize;
 
 use crate::arch;
 use crate::attr::{EventAttr, Kind};
 use crate::clock::clock;
-use crate::mmap::{Mapping, NativeCpu, mul_shift, page_size};
+use crate::mmap::{Mapping, NativeCpu, page_size};
+pub use crate::read::{ERROR_BOUND, MAX_SYNC_BRACKET, MAX_SYNC_INTERVAL, ReadMethod, TscSinceRead};
 use crate::sys::{self, Errno, Sys};
 
-/// The longest a Hybrid reader extrapolates from one sync; bounds the
-/// steal-time error of a read.
-pub const MAX_SYNC_INTERVAL: Duration = Duration::from_micros(200);
-/// The longest TSC bracket around a sync's syscall that is accepted as a
-/// base: a longer one held a VM exit or an interrupt, and its midpoint
-/// could be that far off. Longer brackets are retried.
-pub const MAX_SYNC_BRACKET: Duration = Duration::from_micros(4);
-/// The stated bound on a Hybrid read's error against its source (steal
-/// time inside one sync interval plus half the largest accepted bracket).
-pub const ERROR_BOUND: Duration = Duration::from_micros(200 + 2);
-const _: () =
-    assert!(ERROR_BOUND.as_nanos() == MAX_SYNC_INTERVAL.as_nanos() + MAX_SYNC_BRACKET.as_nanos() / 2);
-/// Sync attempts before answering with an unsynced syscall value (the page
-/// moving during every attempt means the thread is being switched constantly).
-const SYNC_ATTEMPTS: usize = 4;
-
-/// How a virtual-time reader gets its value.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "kind")]
-pub enum VirtMethod {
-    /// The kernel's cap_user_time extrapolation of the task-clock page.
-    KernelTime,
-    /// A syscall base extrapolated with the TSC while the page's lock holds.
-    Hybrid,
-    /// A syscall on every read.
-    Syscall {
-        /// Why no faster method is available.
-        reason: String,
-    },
-}
-
-/// A base value and the TSC at which it held, valid while the page's lock
-/// stays at `seq` and for at most `max_ticks`.
-#[derive(Clone, Copy, Debug)]
-struct Base {
-    value: u64,
-    tsc: u64,
-    seq: u32,
-    /// The largest value returned so far (reads are monotonic).
-    last: u64,
-}
-
-/// The Hybrid state machine, shared by [`ThreadClock`] and the counter and
-/// group readers of [`crate::fastread`].
+/// [`ReadMethod::ReadPlusTsc`] for the thread's CPU time: the last
+/// `CLOCK_THREAD_CPUTIME_ID` plus the TSC since, values never going down.
 #[derive(Debug)]
-pub(crate) struct Hybrid {
-    base: Cell<Base>,
-    mult: u64,
-    shift: u32,
-    max_ticks: u64,
-    max_bracket: u64,
-    syncs: Cell<u64>,
+struct SinceSyscall {
+    tsc: TscSinceRead,
+    /// The value at the last sync.
+    base: Cell<u64>,
+    /// The largest value returned so far.
+    last: Cell<u64>,
 }
 
-impl Hybrid {
-    /// `None` when real time is not read from the TSC.
-    pub(crate) fn new() -> Option<Hybrid> {
-        let c = clock();
-        let hz = c.tsc_hz()?;
-        let (mult, shift) = c.tick_scale();
-        Some(Hybrid {
-            // An odd seq never matches the page: the first read syncs.
-            base: Cell::new(Base { value: 0, tsc: 0, seq: 1, last: 0 }),
-            mult,
-            shift,
-            max_ticks: (MAX_SYNC_INTERVAL.as_secs_f64() * hz) as u64,
-            max_bracket: (MAX_SYNC_BRACKET.as_secs_f64() * hz) as u64,
-            syncs: Cell::new(0),
-        })
-    }
-
-    /// Nanoseconds since the last sync, if the thread has not been switched
-    /// out since (the page's lock is unchanged) and the interval bound holds.
-    #[inline(always)]
-    pub(crate) fn since_sync(&self, page: &Mapping) -> Option<u64> {
-        let tsc = arch::rdtsc();
-        // In program order after the rdtsc: a context switch between the
-        // sync and this load has moved the lock. (An interrupt is taken at
-        // an instruction boundary, so a load issued early is redone.)
-        let seq = page.lock();
-        let b = self.base.get();
-        let d = tsc.wrapping_sub(b.tsc);
-        (seq == b.seq && d < self.max_ticks).then(|| mul_shift(d, self.mult, self.shift))
-    }
-
-    /// Runs `sync` between two reads of the page's lock and the TSC, until
-    /// the lock holds still across it (at most [`SYNC_ATTEMPTS`] times), and
-    /// records the TSC midpoint as the new base. Returns `sync`'s value; if
-    /// the lock never held still, no base is kept and the next read syncs again.
-    pub(crate) fn sync<T, E>(&self, page: &Mapping, mut sync: impl FnMut() -> Result<T, E>) -> Result<T, E> {
-        self.syncs.set(self.syncs.get() + 1);
-        let mut b = self.base.get();
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let s0 = page.lock();
-            let t0 = arch::rdtsc_ordered();
-            let value = sync()?;
-            let t1 = arch::rdtsc_ordered();
-            let stable = page.lock() == s0 && s0 & 1 == 0 && t1.wrapping_sub(t0) <= self.max_bracket;
-            if stable || attempt == SYNC_ATTEMPTS {
-                b.tsc = t0 + t1.wrapping_sub(t0) / 2;
-                b.seq = if stable { s0 } else { 1 };
-                self.base.set(b);
-                return Ok(value);
-            }
-        }
-    }
-
-    /// One monotonic value: `base + time since sync`, syncing with `sync` when needed.
+impl SinceSyscall {
+    /// One monotonic value: the base plus the time since the sync, syncing
+    /// with `sync` when the page's lock moved or the interval ran out.
     #[inline(always)]
     fn read<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
-        if let Some(d) = self.since_sync(page) {
-            let mut b = self.base.get();
-            b.last = b.last.max(b.value + d);
-            self.base.set(b);
-            return Ok(b.last);
+        if let Some(d) = self.tsc.since_sync(page, arch::rdtsc()) {
+            self.last.set(self.last.get().max(self.base.get() + d));
+            return Ok(self.last.get());
         }
         self.resync(page, sync)
     }
 
     #[cold]
     fn resync<E>(&self, page: &Mapping, sync: impl FnMut() -> Result<u64, E>) -> Result<u64, E> {
-        let value = self.sync(page, sync)?;
-        let mut b = self.base.get();
-        b.value = value;
-        b.last = b.last.max(value);
-        self.base.set(b);
-        Ok(b.last)
+        let value = self.tsc.sync(page, sync)?;
+        self.base.set(value);
+        self.last.set(self.last.get().max(value));
+        Ok(self.last.get())
     }
 }
 
@@ -223,10 +122,10 @@ enum Imp {
 enum Mapped {
     /// cap_user_time: the page's running time plus `offset`, the thread's
     /// CPU time before the event was opened (measured once at open).
-    KernelTime {
+    PageTime {
         offset: u64,
     },
-    Hybrid(Hybrid),
+    ReadPlusTsc(SinceSyscall),
 }
 
 /// The task-clock's running time from a cap_user_time page, extrapolated to now.
@@ -277,30 +176,35 @@ impl ThreadClock {
             let c0 = thread_cputime_syscall();
             let p = page_time(&page).ok_or("the task-clock page withdrew cap_user_time")?;
             let c1 = thread_cputime_syscall();
-            Mapped::KernelTime { offset: (c0 + (c1 - c0) / 2).wrapping_sub(p) }
+            Mapped::PageTime { offset: (c0 + (c1 - c0) / 2).wrapping_sub(p) }
         } else {
             let reason = match clock().info().source {
                 crate::clock::Source::Monotonic { reason } => reason,
                 crate::clock::Source::Tsc => String::new(),
             };
-            Mapped::Hybrid(Hybrid::new().ok_or(format!("no usable TSC: {reason}"))?)
+            let rate = clock().tsc_rate().ok_or(format!("no usable TSC: {reason}"))?;
+            Mapped::ReadPlusTsc(SinceSyscall {
+                tsc: TscSinceRead::new(rate),
+                base: Cell::new(0),
+                last: Cell::new(0),
+            })
         };
         Ok(Imp::Mapped { page, _fd: fd, mode })
     }
 
     /// The method this reader uses.
-    pub fn method(&self) -> VirtMethod {
+    pub fn method(&self) -> ReadMethod {
         match &self.imp {
-            Imp::Mapped { mode: Mapped::KernelTime { .. }, .. } => VirtMethod::KernelTime,
-            Imp::Mapped { mode: Mapped::Hybrid(_), .. } => VirtMethod::Hybrid,
-            Imp::Syscall { reason } => VirtMethod::Syscall { reason: reason.clone() },
+            Imp::Mapped { mode: Mapped::PageTime { .. }, .. } => ReadMethod::PageTime,
+            Imp::Mapped { mode: Mapped::ReadPlusTsc(_), .. } => ReadMethod::ReadPlusTsc,
+            Imp::Syscall { reason } => ReadMethod::Syscall { reason: reason.clone() },
         }
     }
 
-    /// How many syscall syncs the Hybrid method has made (0 for the others).
+    /// How many syscall syncs [`ReadMethod::ReadPlusTsc`] has made (0 for the others).
     pub fn syncs(&self) -> u64 {
         match &self.imp {
-            Imp::Mapped { mode: Mapped::Hybrid(h), .. } => h.syncs.get(),
+            Imp::Mapped { mode: Mapped::ReadPlusTsc(h), .. } => h.tsc.syncs(),
             _ => 0,
         }
     }
@@ -312,11 +216,11 @@ impl ThreadClock {
     #[inline]
     pub fn now(&self) -> u64 {
         match &self.imp {
-            Imp::Mapped { page, mode: Mapped::Hybrid(h), .. } => {
-                let last = h.base.get().last;
+            Imp::Mapped { page, mode: Mapped::ReadPlusTsc(h), .. } => {
+                let last = h.last.get();
                 h.read(page, || sys::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID)).unwrap_or(last)
             }
-            Imp::Mapped { page, mode: Mapped::KernelTime { offset }, .. } => match page_time(page) {
+            Imp::Mapped { page, mode: Mapped::PageTime { offset }, .. } => match page_time(page) {
                 Some(t) => t.wrapping_add(*offset),
                 None => thread_cputime_syscall(),
             },
@@ -349,10 +253,10 @@ pub fn thread_cpu_ns() -> u64 {
 }
 
 /// The method [`thread_cpu_ns`] uses on the calling thread (sets it up).
-pub fn thread_method() -> VirtMethod {
+pub fn thread_method() -> ReadMethod {
     THREAD
         .try_with(|c| c.get_or_init(ThreadClock::new).method())
-        .unwrap_or_else(|_| VirtMethod::Syscall { reason: "the thread is exiting".into() })
+        .unwrap_or_else(|_| ReadMethod::Syscall { reason: "the thread is exiting".into() })
 }
 
 /// The process's CPU time in nanoseconds: `CLOCK_PROCESS_CPUTIME_ID`, one
@@ -385,7 +289,7 @@ mod tests {
         image.bump_lock(2);
         let k = MockSys::with_page(&image);
         let c = ThreadClock::with_sys(&*k);
-        assert_eq!(c.method(), VirtMethod::KernelTime);
+        assert_eq!(c.method(), ReadMethod::PageTime);
         // The page says 4 ms of task-clock; the offset measured at open
         // lines that up with the thread's CPU time since its start.
         let c0 = thread_cputime_syscall();
@@ -403,7 +307,7 @@ mod tests {
     }
 
     #[test]
-    fn hybrid_resyncs_when_the_lock_moves_and_only_then() {
+    fn read_plus_tsc_resyncs_when_the_lock_moves_and_only_then() {
         if !clock().is_tsc() {
             eprintln!("TSC not usable here ({:?}); the hybrid method is not used", clock().info().source);
             return;
@@ -412,7 +316,7 @@ mod tests {
         image.bump_lock(2);
         let k = MockSys::with_page(&image);
         let c = ThreadClock::with_sys(&*k);
-        assert_eq!(c.method(), VirtMethod::Hybrid);
+        assert_eq!(c.method(), ReadMethod::ReadPlusTsc);
         let a = c.now();
         assert_eq!(c.syncs(), 1);
         // Unchanged lock within the interval: no syscall (retried, as a
@@ -437,14 +341,14 @@ mod tests {
     }
 
     #[test]
-    fn hybrid_reads_stay_monotonic_when_a_sync_finds_the_extrapolation_ahead() {
-        if !clock().is_tsc() {
+    fn reads_stay_monotonic_when_a_sync_finds_the_extrapolation_ahead() {
+        let Some(rate) = clock().tsc_rate() else {
             eprintln!("TSC not usable here; skipping");
             return;
-        }
+        };
         let image = PageImage::new();
         image.bump_lock(2);
-        let h = Hybrid::new().unwrap();
+        let h = SinceSyscall { tsc: TscSinceRead::new(rate), base: Cell::new(0), last: Cell::new(0) };
         let page = Mapping::from_image(image.clone());
         let v1 = h.read(&page, || Ok::<_, ()>(1_000_000)).unwrap();
         assert_eq!(v1, 1_000_000);
@@ -468,7 +372,7 @@ mod tests {
         no_perf.fail_open(Errno(libc::EACCES));
         let c = ThreadClock::with_sys(&*no_perf);
         match c.method() {
-            VirtMethod::Syscall { reason } => assert!(reason.contains("EACCES"), "{reason}"),
+            ReadMethod::Syscall { reason } => assert!(reason.contains("EACCES"), "{reason}"),
             m => panic!("expected the syscall method, got {m:?}"),
         }
         let a = c.now();

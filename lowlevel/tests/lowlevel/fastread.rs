@@ -2,7 +2,7 @@
 //! exact, and by `read(2)` elsewhere.
 
 use papirus_lowlevel::{EventSet, Library, init};
-use papirus_substrate::fastread::{ReadPath, UserPath};
+use papirus_substrate::fastread::{ReadMethod, ReadPath};
 use papirus_substrate::vclock::ERROR_BOUND;
 
 use crate::util::serial;
@@ -23,8 +23,8 @@ const TOLERANCE_NS: i64 = 5_000;
 fn task_clock_set(lib: &Library) -> Option<EventSet> {
     let mut s = lib.event_set();
     s.add_named("task-clock").unwrap();
-    match &s.user_paths()[..] {
-        [p] if matches!(p[..], [UserPath::Hybrid | UserPath::KernelTime]) => Some(s),
+    match &s.read_methods()[..] {
+        [p] if matches!(p[..], [ReadMethod::ReadPlusTsc | ReadMethod::PageTime]) => Some(s),
         other => {
             eprintln!("task-clock has no user-space path here ({other:?}); skipping");
             None
@@ -107,12 +107,18 @@ fn sets_with_events_without_a_user_space_path_read_by_syscall() {
     let lib = init().unwrap();
     let mut s = lib.event_set();
     s.add_all(["task-clock", "page-faults"]).unwrap();
-    let paths = s.user_paths();
+    // task-clock is read apart from page-faults, from user space; page-faults by read(2).
+    let methods = s.read_methods();
     assert!(
-        matches!(&paths[1][..], [UserPath::None { reason }] if reason.contains("page-faults")),
-        "{paths:?}"
+        matches!(&methods[1][..], [ReadMethod::Syscall { reason }] if reason.contains("page-faults")),
+        "{methods:?}"
     );
-    assert!(matches!(&paths[0][..], [UserPath::None { .. }]), "its group reads by read(2): {paths:?}");
+    if task_clock_set(&lib).is_some() {
+        assert!(
+            matches!(&methods[0][..], [ReadMethod::ReadPlusTsc | ReadMethod::PageTime]),
+            "task-clock keeps its user-space read beside page-faults: {methods:?}"
+        );
+    }
     s.start().unwrap();
     for _ in 0..100 {
         s.read().unwrap();
@@ -125,9 +131,9 @@ fn sets_with_events_without_a_user_space_path_read_by_syscall() {
     m.set_multiplex(true).unwrap();
     m.add_named("task-clock").unwrap();
     assert!(
-        matches!(&m.user_paths()[0][..], [UserPath::None { reason }] if reason.contains("multiplexed")),
+        matches!(&m.read_methods()[0][..], [ReadMethod::Syscall { reason }] if reason.contains("multiplexed")),
         "{:?}",
-        m.user_paths()
+        m.read_methods()
     );
     m.start().unwrap();
     m.read().unwrap();
@@ -164,7 +170,7 @@ fn sets_with_events_without_a_user_space_path_read_by_syscall() {
     let mut a = lib.event_set();
     a.add_named("task-clock").unwrap();
     a.attach(rx.recv().unwrap()).unwrap();
-    assert!(matches!(&a.user_paths()[0][..], [UserPath::None { .. }]), "{:?}", a.user_paths());
+    assert!(matches!(&a.read_methods()[0][..], [ReadMethod::Syscall { .. }]), "{:?}", a.read_methods());
     a.start().unwrap();
     a.read().unwrap();
     assert_eq!(a.read_path(), Some(ReadPath::Syscall));

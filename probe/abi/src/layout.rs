@@ -203,8 +203,8 @@ pub mod slot {
     /// at each claim, never reset).
     pub const TRACE_GEN: usize = 17;
     /// 1 while a hook of this thread runs code outside the runtime (the
-    /// counters reader opening its group or reading it with `read(2)`, in
-    /// libc) and will write the slot again when that returns: its PC may
+    /// counters reader opening its groups at the thread's registration, in
+    /// libc; its reads issue their own `syscall`) and will write the slot again when that returns: its PC may
     /// lie in libc meanwhile. Written by the owner (Relaxed; the tool reads
     /// it with the thread stopped); the tool ends a session only while it is
     /// 0 in every live slot, as it waits for [`super::proc::COLD`].

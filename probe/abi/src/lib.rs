@@ -12,6 +12,8 @@ pub mod layout;
 pub mod report;
 pub mod segment;
 
+use papirus_counting::EventAttr;
+use papirus_counting::read::TscRate;
 use serde::{Deserialize, Serialize};
 
 pub use report::{
@@ -65,10 +67,9 @@ pub struct Session {
     pub probe: Probe,
     /// Instrumented functions; ids are `0..functions`.
     pub functions: u64,
-    /// Counter events of the counters probe, resolved by the tool (the
-    /// runtime reads no sysfs file to open them).
+    /// What the counters probe reads.
     #[serde(default)]
-    pub events: Vec<EventSpec>,
+    pub counters: CounterSetup,
     /// Thread tables in the segment: threads alive at once that can be measured.
     pub slots: u64,
     /// Process records: the target and the children it forks.
@@ -92,7 +93,7 @@ impl Session {
     /// The segment's shape for this session, or `None` when it is out of the layout's limits.
     pub fn shape(&self, depth: u64) -> Option<layout::Shape> {
         let nodes = if self.nodes == 0 { default_nodes(self.functions) } else { self.nodes };
-        let counters = if self.probe == Probe::Counters { self.events.len() as u64 } else { 0 };
+        let counters = if self.probe == Probe::Counters { self.counters.events.len() as u64 } else { 0 };
         Some(layout::Shape {
             funcs: self.functions,
             nodes,
@@ -139,32 +140,16 @@ impl Session {
     }
 }
 
-/// A counter event as perf_event_open takes it, resolved from its name by the tool.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EventSpec {
-    /// The name (for messages and the report).
-    pub name: String,
-    /// papirus-substrate's kind: 0 hardware, 1 software, 2 tracepoint, 3 breakpoint, 4 dynamic PMU.
-    pub kind: u8,
-    /// PMU type.
-    pub type_: u32,
-    /// `config`.
-    pub config: u64,
-    /// `config1` (for a uprobe, the kernel's pointer to `uprobe_path` is set by the runtime).
-    pub config1: u64,
-    /// `config2`.
-    pub config2: u64,
-    /// Breakpoint type.
-    pub bp_type: u32,
-    /// Count user code.
-    pub user: bool,
-    /// Count kernel code.
-    pub kernel: bool,
-    /// Count the hypervisor.
-    pub hypervisor: bool,
-    /// A uprobe's file.
-    #[serde(default)]
-    pub uprobe_path: Option<Vec<u8>>,
+/// What the counters probe reads, resolved by the tool: the events'
+/// descriptions (the runtime has no name parser and reads no sysfs file)
+/// and the TSC's rate (the runtime measures nothing to extrapolate
+/// task-clock between reads).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CounterSetup {
+    /// The events, at most [`layout::MAX_EVENTS`].
+    pub events: Vec<EventAttr>,
+    /// The TSC's rate, when real time is read from the TSC.
+    pub tsc: Option<TscRate>,
 }
 
 /// Why `papirus_probe_setup` failed: its negative return value.

@@ -6,7 +6,7 @@
 //! # Safety
 //!
 //! `papirus_probe_setup` reads `len` bytes at `blob`, memory the tool wrote
-//! into the target, and `papirus_probe_set_events` `len` bytes at `names`;
+//! into the target, and `papirus_probe_set_counters` `len` bytes at `blob`;
 //! neither writes there.
 #![allow(unsafe_code)]
 
@@ -80,22 +80,25 @@ pub extern "C" fn papirus_probe_set_probe(probe: u32) {
     crate::set_probe(probe_of(probe));
 }
 
-/// In-process use: the counters probe's events, `len` bytes of
-/// comma-separated names at `names` (as [`crate::set_events`]). Returns 0 or -1.
+/// In-process use: the counters probe's events and the TSC's rate, `len`
+/// bytes at `blob` of a JSON [`CounterSetup`](papirus_probe_abi::CounterSetup)
+/// the caller resolved (as [`crate::set_counters`]). Returns 0 or -1.
 ///
 /// # Safety
 ///
-/// `names` must point to `len` readable bytes.
+/// `blob` must point to `len` readable bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn papirus_probe_set_events(names: *const u8, len: usize) -> i64 {
-    if names.is_null() || len > SESSION_MAX_BYTES {
+pub unsafe extern "C" fn papirus_probe_set_counters(blob: *const u8, len: usize) -> i64 {
+    if blob.is_null() || len > SESSION_MAX_BYTES {
         return -1;
     }
     // SAFETY: the caller passes `len` readable bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(names, len) };
-    let Ok(text) = std::str::from_utf8(bytes) else { return -1 };
-    let list: Vec<&str> = text.split(',').collect();
-    std::panic::catch_unwind(|| crate::set_events(&list).map_or(-1, |()| 0)).unwrap_or(-1)
+    let bytes = unsafe { std::slice::from_raw_parts(blob, len) };
+    std::panic::catch_unwind(|| match serde_json::from_slice(bytes) {
+        Ok(setup) => crate::set_counters(&setup).map_or(-1, |()| 0),
+        Err(_) => -1,
+    })
+    .unwrap_or(-1)
 }
 
 fn probe_of(v: u32) -> crate::Probe {

@@ -14,10 +14,11 @@
 //! [`papirus_probe_catch`] (closes the frames the exception left and hijacks
 //! the surviving ones again).
 //!
-//! None of this code uses vector or x87 registers or calls libc: the
-//! trampolines save only general registers and flags (papirus' test suite
-//! disassembles these hooks to check it). The counters probe's reader is the
-//! one exception, and saves the whole extended state itself ([`crate::counters`]).
+//! None of this code uses vector or x87 registers or calls libc, the
+//! counters probe's reads included: the trampolines save only general
+//! registers and flags (papirus' test suite disassembles these hooks to
+//! check it). A thread's registration is the one exception, and saves the
+//! whole extended state itself ([`crate::counters`]).
 //!
 //! # Safety
 //!
@@ -38,16 +39,17 @@ pub(crate) static TIMED: AtomicBool = AtomicBool::new(true);
 /// Whether the counters probe reads counters too.
 pub(crate) static COUNTERS: AtomicBool = AtomicBool::new(false);
 
-/// Reads the counters into the thread's `cnow` when the counters probe is on
-/// and this thread has a reader; returns how many events were read.
+/// Adds the counts since the thread's last read to its `cnow` when the
+/// counters probe is on and this thread has counters; `now` is the TSC the
+/// hook just read. Returns how many events there are.
 #[inline(always)]
-fn read_counters(t: &state::Thread) -> usize {
+fn read_counters(t: &state::Thread, now: u64) -> usize {
     if !COUNTERS.load(Ordering::Relaxed) {
         return 0;
     }
     let n = t.nevents.get();
     if n > 0 {
-        crate::counters::read(t);
+        crate::counters::read(t, now);
     }
     n as usize
 }
@@ -65,17 +67,15 @@ global_asm!(
     ".type papirus_probe_exit_stub,@function",
     ".p2align 4",
     "papirus_probe_exit_stub:",
-    // A return site: everything below rsp is dead, flags are dead and DF is clear.
+    // A return site: everything below rsp is dead, flags are dead and DF is
+    // clear. The exit hook is integer code: the stack need not be realigned.
     "lea rsp, [rsp - 8]",
     "push rax", "push rdx", "push rcx", "push rsi", "push rdi",
-    "push r8", "push r9", "push r10", "push r11", "push rbx",
-    "mov rbx, rsp",
-    "lea rdi, [rsp + 88]",
-    "and rsp, -16",
+    "push r8", "push r9", "push r10", "push r11",
+    "lea rdi, [rsp + 80]",
     "call {exit}",
-    "mov rsp, rbx",
-    "mov qword ptr [rsp + 80], rax",
-    "pop rbx", "pop r11", "pop r10", "pop r9", "pop r8",
+    "mov qword ptr [rsp + 72], rax",
+    "pop r11", "pop r10", "pop r9", "pop r8",
     "pop rdi", "pop rsi", "pop rcx", "pop rdx", "pop rax",
     // Not `ret`: the function's own `ret` already consumed its caller's
     // return-predictor entry, so a second `ret` would mispredict here and
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn papirus_probe_enter(fid: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
     let now = now();
-    let nev = read_counters(t);
+    let nev = read_counters(t, now);
     // SAFETY: `slot` is the live return slot (function contract).
     let ret = unsafe { slot.read() };
     g.reap_below(slot as u64, ret != exit_stub(), now, nev);
@@ -134,8 +134,8 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
     // A hook interrupted by a signal never hijacks the handler's returns, so
     // a return through the stub always finds the tables free.
     let Some(g) = t.enter() else { sys::die(b"papirus-probe-runtime: exit stub reached inside a hook\n") };
-    let nev = read_counters(t);
     let now = now();
+    let nev = read_counters(t, now);
     g.reap_below(rsp_after_ret - 8, false, now, nev);
     if g.depth() == 0 {
         sys::die(b"papirus-probe-runtime: exit stub reached with an empty shadow stack\n")
@@ -154,8 +154,9 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
 pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
-    let nev = read_counters(t);
-    g.reap_below(slot as u64, false, now(), nev);
+    let now = now();
+    let nev = read_counters(t, now);
+    g.reap_below(slot as u64, false, now, nev);
     let stub = exit_stub();
     // Innermost first: activations sharing a slot (tail calls) chain through
     // the stub, and the outermost of them holds the real caller.
@@ -181,8 +182,9 @@ pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
 pub unsafe extern "C" fn papirus_probe_catch(_arg: u32, slot: *mut u64) {
     let Some(t) = state::current() else { return };
     let Some(g) = t.enter() else { return };
-    let nev = read_counters(t);
-    g.reap_below(slot as u64, false, now(), nev);
+    let now = now();
+    let nev = read_counters(t, now);
+    g.reap_below(slot as u64, false, now, nev);
     let stub = exit_stub();
     for i in 0..g.depth() {
         let (s, ret) = g.frame(i);

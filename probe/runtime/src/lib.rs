@@ -8,10 +8,12 @@
 //! distinct path of instrumented functions) and, when tracing, a ring of
 //! closed calls, without locks, allocation, system calls, libc or vector
 //! registers (the trampolines save general registers and flags only; papirus'
-//! tests disassemble the hooks to prove they touch nothing else). The
-//! counters probe is the exception: it reads papirus-substrate counter groups
-//! per thread, behind an XSAVE/XRSTOR of the whole extended state
-//! ([`counters`]). The cold path (set-up, thread exit, fork) is ordinary Rust.
+//! tests disassemble the hooks to prove they touch nothing else), the
+//! counters probe's reads included ([`counters`]: the counting core's group
+//! readers, with a `read(2)` of its own where the kernel requires one). The
+//! cold path (set-up, a thread's registration, thread exit, fork) is
+//! ordinary Rust; a thread's registration runs behind an XSAVE/XRSTOR of the
+//! whole extended state.
 //!
 //! # Set-up and results
 //!
@@ -65,8 +67,8 @@ use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 
 pub use papirus_probe_abi::{
-    EdgeReport, FORMAT_VERSION, FunctionReport, Probe, ProcessReport, Report, Session, SetupCode,
-    ThreadReport, Window,
+    CounterSetup, EdgeReport, FORMAT_VERSION, FunctionReport, Probe, ProcessReport, Report, Session,
+    SetupCode, ThreadReport, Window,
 };
 pub use segment::{setup, teardown};
 
@@ -115,7 +117,7 @@ pub fn init(capacity: u64, probe: Probe) {
             version: papirus_probe_abi::SESSION_VERSION,
             probe,
             functions: capacity.max(1),
-            events: Vec::new(),
+            counters: CounterSetup::default(),
             slots: LOCAL_SLOTS,
             processes: 16,
             tool_pid: std::process::id(),
@@ -161,72 +163,23 @@ pub fn set_probe(probe: Probe) {
     segment::set_probe_word(probe);
 }
 
-/// Chooses the counters probe's events (at most 4; the first call that names
-/// events fixes them for the process). Threads that call an instrumented
-/// function for the first time afterwards read them.
-pub fn set_events<S: AsRef<str>>(names: &[S]) -> Result<(), Error> {
-    let names: Vec<String> = names.iter().map(|n| n.as_ref().to_string()).collect();
-    if names.is_empty() || names.len() > state::MAX_EVENTS {
+/// Chooses the counters probe's events and the TSC's rate (at most 4 events,
+/// resolved by the caller; the first call that names events fixes them for
+/// the process). Threads that call an instrumented function for the first
+/// time afterwards read them.
+pub fn set_counters(setup: &CounterSetup) -> Result<(), Error> {
+    let names = || setup.events.iter().map(|a| a.name()).collect::<Vec<_>>().join(",");
+    let n = setup.events.len();
+    if n == 0 || n > state::MAX_EVENTS {
         return Err(Error::Event {
-            name: names.join(","),
+            name: names(),
             reason: format!("give 1 to {} events", state::MAX_EVENTS),
         });
     }
-    let mut attrs = Vec::new();
-    for n in &names {
-        let a = papirus_substrate::parse_event(n)
-            .map_err(|e| Error::Event { name: n.clone(), reason: e.to_string() })?;
-        attrs.push(a);
-    }
-    fix_events(names, attrs)
-}
-
-/// Chooses the counters probe's events from attributes the tool resolved
-/// (as [`set_events`], without reading any file).
-pub fn set_event_specs(specs: &[papirus_probe_abi::EventSpec]) -> Result<(), Error> {
-    use papirus_substrate::{Domain, EventAttr, Kind};
-    if specs.is_empty() || specs.len() > state::MAX_EVENTS {
-        return Err(Error::Event {
-            name: String::new(),
-            reason: format!("give 1 to {} events", state::MAX_EVENTS),
-        });
-    }
-    let mut attrs = Vec::new();
-    for e in specs {
-        let kind = match e.kind {
-            0 => Kind::Hardware,
-            1 => Kind::Software,
-            2 => Kind::Tracepoint,
-            3 => Kind::Breakpoint,
-            _ => Kind::Dynamic,
-        };
-        let mut a = EventAttr::new(e.name.clone(), kind, e.type_, e.config);
-        a.config1(e.config1).config2(e.config2).bp_type(e.bp_type).domain(Domain {
-            user: e.user,
-            kernel: e.kernel,
-            hypervisor: e.hypervisor,
-        });
-        if let Some(path) = &e.uprobe_path {
-            let path = std::ffi::CString::new(path.clone()).map_err(|_| Error::Event {
-                name: e.name.clone(),
-                reason: "a NUL in the uprobe path".into(),
-            })?;
-            a.uprobe_path(path);
-        }
-        attrs.push(a);
-    }
-    let names: Vec<String> = specs.iter().map(|e| e.name.clone()).collect();
-    fix_events(names, attrs)
-}
-
-fn fix_events(names: Vec<String>, attrs: Vec<papirus_substrate::EventAttr>) -> Result<(), Error> {
-    let n = names.len();
-    let (fixed, _) = counters::EVENTS.get_or_init(|| (names.clone(), attrs));
-    if *fixed != names {
-        return Err(Error::Event {
-            name: names.join(","),
-            reason: format!("this process already reads {}", fixed.join(",")),
-        });
+    let fixed = counters::SETUP.get_or_init(|| setup.clone());
+    if fixed.events != setup.events {
+        let held = fixed.events.iter().map(|a| a.name()).collect::<Vec<_>>().join(",");
+        return Err(Error::Event { name: names(), reason: format!("this process already reads {held}") });
     }
     counters::NEVENTS.store(n, Ordering::Release);
     segment::set_nevents_word(n as u64);
@@ -258,8 +211,10 @@ pub struct Hooks {
     pub catch: u64,
     /// The exit stub hijacked returns go to.
     pub exit_stub: u64,
-    /// The counters probe's reader, which saves the extended state itself.
-    pub counters_read: u64,
+    /// The registration of a thread, behind a save of the whole extended
+    /// state (the one path the hooks take into code that may use vector
+    /// registers and libc).
+    pub cold_call: u64,
 }
 
 /// The hooks of this process.
@@ -269,7 +224,7 @@ pub fn hooks() -> Hooks {
         unwind_begin: hooks::papirus_probe_unwind_begin as *const () as usize as u64,
         catch: hooks::papirus_probe_catch as *const () as usize as u64,
         exit_stub: hooks::exit_stub(),
-        counters_read: counters::reader(),
+        cold_call: counters::cold_call_address(),
     }
 }
 

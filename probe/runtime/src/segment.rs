@@ -31,7 +31,7 @@ pub fn setup(s: &Session) -> Result<i32, i64> {
         return Err(-(ACTIVE_BASE + OWNER.load(Ordering::Relaxed) as i64));
     }
     let g = s.shape(state::DEPTH).and_then(Geometry::new).ok_or(SetupCode::Geometry as i64)?;
-    if s.probe == Probe::Counters && crate::set_event_specs(&s.events).is_err() {
+    if s.probe == Probe::Counters && crate::set_counters(&s.counters).is_err() {
         return Err(SetupCode::Events as i64);
     }
     let bytes = g.total_words as usize * 8;
@@ -174,9 +174,10 @@ const RATE_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
 pub(crate) fn snapshot(functions: Vec<String>) -> Report {
     let timed = crate::hooks::TIMED.load(Ordering::Relaxed);
     let started = *STARTED.lock().unwrap_or_else(|e| e.into_inner());
-    // The substrate's TSC rate; when it does not use the TSC, the rate
-    // measured over this session against CLOCK_MONOTONIC.
-    let ticks_per_second = match (timed, papirus_substrate::clock::clock().tsc_hz(), started) {
+    // The TSC rate the counters were set up with; else the rate measured
+    // over this session against CLOCK_MONOTONIC.
+    let hz = counters::SETUP.get().and_then(|c| c.tsc).map(|r| r.hz);
+    let ticks_per_second = match (timed, hz, started) {
         (false, ..) => 0.0,
         (true, Some(hz), _) => hz,
         (true, None, Some((t0, c0))) => {
@@ -188,8 +189,8 @@ pub(crate) fn snapshot(functions: Vec<String>) -> Report {
         }
         (true, None, None) => 0.0,
     };
-    let events: Vec<String> = match (crate::hooks::COUNTERS.load(Ordering::Relaxed), counters::EVENTS.get()) {
-        (true, Some((names, _))) => names.clone(),
+    let events: Vec<String> = match (crate::hooks::COUNTERS.load(Ordering::Relaxed), counters::SETUP.get()) {
+        (true, Some(setup)) => setup.events.iter().map(|a| a.name().to_string()).collect(),
         _ => Vec::new(),
     };
     let probe = if !events.is_empty() {

@@ -186,7 +186,7 @@ pub(crate) struct Thread {
     node_overflow: AtomicU64,
     /// Counter values of the current hook (written by the counters reader).
     pub cnow: [AtomicU64; MAX_EVENTS],
-    /// Counter events this thread reads (0 without an XSAVE area).
+    /// Counter events this thread reads (0 when they could not be opened).
     pub nevents: AtomicU64,
     /// Errno of a counter group the kernel refused.
     pub counters_errno: AtomicU64,
@@ -208,11 +208,10 @@ pub(crate) struct Thread {
     ring_at: AtomicU64,
     ring_mask: AtomicU64,
     record_words: AtomicU64,
-    /// The counters reader's XSAVE area, 64-byte aligned, or 0.
-    pub xsave: AtomicU64,
-    /// The counters reader's per-thread state (a pointer it owns), 0 until its first read.
+    /// The counters reader's per-thread state (a pointer it owns), 0 until
+    /// the thread's registration opened its counters.
     pub counters: AtomicU64,
-    _private: [AtomicU64; 1],
+    _private: [AtomicU64; 2],
 }
 
 const _: () = {
@@ -576,7 +575,7 @@ extern "C" fn register() -> Option<&'static Thread> {
     let _cold = Cold::enter(base, p);
     let t = claim(base, p, u64::from(sys::gettid()))?;
     sys::tls_set(t as *const Thread as usize, epoch);
-    crate::counters::register_exit(t);
+    crate::counters::register(t);
     Some(t)
 }
 
@@ -691,17 +690,7 @@ impl Thread {
         self.tree().node(0).link.set(ROOT_LINK);
         self.nodes_used.set(1);
         let nevents = crate::counters::NEVENTS.load(Ordering::Acquire) as u64;
-        let xsave = if nevents > 0 { crate::counters::xsave_area() } else { None };
-        match xsave {
-            Some(area) => {
-                self.xsave.set(area as u64);
-                self.nevents.set(nevents.min(MAX_EVENTS as u64));
-            }
-            None => {
-                self.xsave.set(0);
-                self.nevents.set(0);
-            }
-        }
+        self.nevents.set(nevents.min(MAX_EVENTS as u64));
         self.counters.set(0);
         self.trace_gen.add(1);
         if TRACING.load(Ordering::Relaxed) {

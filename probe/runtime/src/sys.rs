@@ -76,8 +76,9 @@ pub(crate) fn rdtsc() -> u64 {
 fn syscall6(nr: u64, a: [u64; 6]) -> i64 {
     let ret: i64;
     // SAFETY: every system call the runtime makes here (mmap, munmap of its own
-    // mappings, gettid, write) is
-    // memory-safe for any argument values; the kernel returns -errno.
+    // mappings, gettid, write, and read into a buffer its caller borrows
+    // mutably for the call) is memory-safe for those arguments; the kernel
+    // returns -errno.
     unsafe {
         asm!(
             "syscall",
@@ -91,6 +92,7 @@ fn syscall6(nr: u64, a: [u64; 6]) -> i64 {
     ret
 }
 
+const SYS_READ: u64 = 0;
 const SYS_WRITE: u64 = 1;
 const SYS_MMAP: u64 = 9;
 const SYS_MUNMAP: u64 = 11;
@@ -108,6 +110,14 @@ pub(crate) fn mmap_zeroed(len: usize) -> Option<*mut u8> {
 /// Returns a mapping from [`mmap_zeroed`] to the kernel.
 pub(crate) fn munmap(addr: *mut u8, len: usize) {
     syscall6(SYS_MUNMAP, [addr as u64, len as u64, 0, 0, 0, 0]);
+}
+
+/// `read(2)` of `fd` into the bytes of `words`: the number of bytes read,
+/// or `-errno`. (A perf event descriptor's read neither blocks nor fails
+/// part-way.)
+#[inline(always)]
+pub(crate) fn read(fd: i32, words: &mut [u64]) -> i64 {
+    syscall6(SYS_READ, [fd as u64, words.as_mut_ptr() as u64, (words.len() * 8) as u64, 0, 0, 0])
 }
 
 /// The calling process' id (no libc: reached from the hooks).

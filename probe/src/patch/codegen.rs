@@ -5,11 +5,10 @@
 //!
 //! ```text
 //! push rax; lahf; seto al; push rax                  ; status flags
-//! push rcx rdx rsi rdi r8 r9 r10 r11 rbx             ; what the code may rely on
-//! mov rbx, rsp; and rsp, -16; cld                      ; ABI state for the hook
-//! mov edi, ARG; lea rsi, [rbx + 88]                    ; id, return-address slot
+//! push rcx rdx rsi rdi r8 r9 r10 r11                 ; what the code may rely on
+//! mov edi, ARG; lea rsi, [rsp + 80]                    ; id, return-address slot
 //! call [rip + hook]
-//! mov rsp, rbx; pop …; pop rax; add al, 0x7f; sahf; pop rax
+//! pop …; pop rax; add al, 0x7f; sahf; pop rax
 //! <displaced instructions, relocated>
 //! jmp <first original instruction not displaced>
 //! hook: dq HOOK
@@ -17,10 +16,14 @@
 //!
 //! Callee-saved registers are the hook's to preserve (SysV ABI). Vector and
 //! x87 registers are not saved: the runtime's hooks never touch them (checked
-//! by disassembling them in papirus' tests). No red zone is skipped: at a
-//! function's entry everything below the stack pointer belongs to the callee,
-//! so neither the pushes nor the hook's frame can clobber live data (this
-//! would not hold at a mid-function point).
+//! by disassembling them in papirus' tests). For the same reason the stack
+//! is not realigned to 16 bytes and the direction flag not cleared (it is
+//! clear at every function entry anyway): integer code needs neither, and
+//! the runtime's one door to code that may use vector registers (a thread's
+//! registration) realigns the stack itself. No red zone is skipped: at a
+//! function's entry everything below the stack pointer belongs to the
+//! callee, so neither the pushes nor the hook's frame can clobber live data
+//! (this would not hold at a mid-function point).
 
 use iced_x86::code_asm::*;
 use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Register};
@@ -28,8 +31,8 @@ use iced_x86::{Code, Decoder, DecoderOptions, FlowControl, Instruction, Register
 use super::analyze::{EntryPlan, JMP_LEN, JMP8_LEN, Refusal};
 
 /// Bytes from the trampoline's saved-register area to the return-address slot
-/// (rax, the flags image and nine more registers).
-const SAVED: i32 = 11 * 8;
+/// (rax, the flags image and eight more registers).
+const SAVED: i32 = 10 * 8;
 
 /// Assembles the entry trampoline of `plan` for address `ip`, calling
 /// `hook(arg, slot)` before the displaced instructions run.
@@ -66,7 +69,7 @@ fn assemble_template() -> Result<Template, String> {
 fn assemble_template_parts() -> Result<Option<Template>, IcedError> {
     let mut a = CodeAssembler::new(64)?;
     let mut hook_ptr = a.create_label();
-    let saved = [rcx, rdx, rsi, rdi, r8, r9, r10, r11, rbx];
+    let saved = [rcx, rdx, rsi, rdi, r8, r9, r10, r11];
     // Status flags without pushfq/popfq (popfq alone costs more than the rest
     // of the trampoline here): SF ZF AF PF CF via lahf/sahf, OF via seto.
     a.push(rax)?;
@@ -76,13 +79,9 @@ fn assemble_template_parts() -> Result<Option<Template>, IcedError> {
     for r in saved {
         a.push(r)?;
     }
-    a.mov(rbx, rsp)?;
-    a.and(rsp, -16)?;
-    a.cld()?;
     a.mov(edi, 0x7fff_ffff)?; // imm32 form whatever the id
-    a.lea(rsi, qword_ptr(rbx + SAVED))?;
+    a.lea(rsi, qword_ptr(rsp + SAVED))?;
     a.call(qword_ptr(hook_ptr))?;
-    a.mov(rsp, rbx)?;
     for r in saved.into_iter().rev() {
         a.pop(r)?;
     }

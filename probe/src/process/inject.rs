@@ -188,6 +188,12 @@ impl Process {
     /// A function's run-time address in the first mapped module whose file name
     /// starts with `module` (e.g. `libc.so`), through the module's ELF symbols.
     pub fn module_function(&self, module: &str, name: &str) -> Result<u64> {
+        Ok(self.module_functions(module, &[name])?[0])
+    }
+
+    /// Like [`module_function`](Self::module_function) for several names of
+    /// one module, which is read and parsed once.
+    pub fn module_functions<const N: usize>(&self, module: &str, names: &[&str; N]) -> Result<[u64; N]> {
         let mappings = self.mappings()?;
         let m = find_module(&mappings, module).ok_or_else(|| Error::NotFound {
             what: format!("module {module}"),
@@ -195,7 +201,11 @@ impl Process {
             detail: "no mapped file by that name in /proc/PID/maps".into(),
         })?;
         let (elf, bias) = open_module(self.pid, m)?;
-        Ok(bias.wrapping_add(elf.lookup_function(name)?.address))
+        let mut out = [0; N];
+        for (o, name) in out.iter_mut().zip(names) {
+            *o = bias.wrapping_add(elf.lookup_function(name)?.address);
+        }
+        Ok(out)
     }
 
     fn mappings(&self) -> Result<Vec<Mapping>> {

@@ -14,9 +14,13 @@
 //! reference). Children the target forked during the window are held,
 //! restored the same way and released before the target itself.
 
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
+use rustix::process::{Pid, PidfdFlags, pidfd_open};
 
 use super::release::{Kept, release_recorded, runtime_mapping, unload_runtime};
 use super::results::{Results, maps_segment, other_process_state, write};
@@ -30,6 +34,7 @@ use crate::patch::{Arena, Refused};
 use crate::process::Process;
 use papirus_probe_abi::layout::hdr;
 use papirus_probe_abi::{Probe, Report};
+use papirus_substrate::EventAttr;
 
 /// What to attach to and measure.
 #[derive(Debug, Clone)]
@@ -38,8 +43,8 @@ pub struct AttachOptions {
     pub pid: i32,
     /// The probe.
     pub probe: Probe,
-    /// Counter events of the counters probe.
-    pub events: Vec<String>,
+    /// Counter events of the counters probe, resolved ([`super::resolve_events`]).
+    pub events: Vec<EventAttr>,
     /// Which functions.
     pub selection: Selection,
     /// Where the report goes.
@@ -87,10 +92,78 @@ pub struct AttachSummary {
     pub runtime_stays: Option<String>,
 }
 
+/// A request to end an attach before its duration ends: [`Stop::stop`] from
+/// any thread (one that waits for the ending signals, say), and the attach,
+/// asleep until the target ends, the duration runs out or this is set,
+/// wakes at once.
+#[derive(Debug)]
+pub struct Stop {
+    set: AtomicBool,
+    /// An eventfd written by [`Stop::stop`]: what the attach sleeps on.
+    wake: OwnedFd,
+}
+
+impl Stop {
+    /// A request not yet made.
+    pub fn new() -> Result<Stop, ProbeError> {
+        let wake = eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| ProbeError::Io { op: "eventfd", path: "(an eventfd)".into(), source: e.into() })?;
+        Ok(Stop { set: AtomicBool::new(false), wake })
+    }
+
+    /// Ends the attach.
+    pub fn stop(&self) {
+        self.set.store(true, Ordering::Release);
+        // A full counter (never, at one write per request) still wakes the waiter.
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+
+    /// Whether [`stop`](Self::stop) was called.
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+}
+
+/// Sleeps until process `pid` ends, `stop` is set or `until` passes (the
+/// kernel wakes the tool: a pidfd for the end, `stop`'s eventfd). Without
+/// pidfds (kernels before 5.3) it looks every 20 ms instead. With `drain`
+/// (a trace), it wakes every [`DRAIN_INTERVAL`](super::trace::DRAIN_INTERVAL)
+/// to call it.
+fn sleep_while_running(pid: i32, stop: &Stop, until: Option<Instant>, mut drain: Option<&mut dyn FnMut()>) {
+    let pidfd = Pid::from_raw(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok());
+    while !stop.is_set() && !gone(pid) {
+        let left = until.map(|t| t.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return;
+        }
+        let every = match (&drain, &pidfd) {
+            (Some(_), _) => Some(super::trace::DRAIN_INTERVAL),
+            (None, Some(_)) => None,
+            (None, None) => Some(Duration::from_millis(20)),
+        };
+        let left = match (left, every) {
+            (Some(l), Some(e)) => Some(l.min(e)),
+            (l, e) => l.or(e),
+        };
+        let timeout = left.and_then(|l| Timespec::try_from(l).ok());
+        let mut fds = vec![PollFd::new(&stop.wake, PollFlags::IN)];
+        if let Some(p) = &pidfd {
+            fds.push(PollFd::new(p, PollFlags::IN));
+        }
+        // EINTR (a signal to this thread) only means: look again.
+        let _ = poll(&mut fds, timeout.as_ref());
+        if let Some(d) = drain.as_mut() {
+            d();
+        }
+    }
+}
+
 /// Instruments process `pid` until the duration ends or `stop` is set, then
 /// writes the report and detaches.
-pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, ProbeError> {
-    super::check_events(opts.probe, &opts.events)?;
+pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeError> {
+    // The report converts ticks with it: calibrated while the target runs, not after.
+    papirus_substrate::clock::set_up_in_background();
+    super::check_counter_events(opts.probe, &opts.events)?;
     super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let pid = opts.pid;
@@ -168,16 +241,11 @@ pub fn attach(opts: &AttachOptions, stop: &AtomicBool) -> Result<AttachSummary, 
     p.detach()?;
     let stop_window = stopped.elapsed();
     super::print_summary(&installed, &refused);
-    let start = Instant::now();
     let seg = results.segment()?;
-    while !stop.load(Ordering::Relaxed) && opts.duration.is_none_or(|d| start.elapsed() < d) && !gone(pid) {
-        match tracing.as_mut() {
-            Some(t) => {
-                t.drain(&seg);
-                std::thread::sleep(super::trace::DRAIN_INTERVAL);
-            }
-            None => std::thread::sleep(Duration::from_millis(20)),
-        }
+    let until = opts.duration.map(|d| Instant::now() + d);
+    match tracing.as_mut() {
+        Some(t) => sleep_while_running(pid, stop, until, Some(&mut || t.drain(&seg))),
+        None => sleep_while_running(pid, stop, until, None),
     }
     // Ended meanwhile, or running a new image (execve while detached): its
     // results are still in our mapping of the segment, and nothing of ours is

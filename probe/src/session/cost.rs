@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use papirus_probe_abi::Probe;
+use papirus_probe_abi::{CounterSetup, Probe};
 use papirus_substrate::elf::ElfFile;
 use papirus_substrate::{Counter, Target as CountTarget, parse_event};
 
@@ -251,14 +251,16 @@ impl Target {
     /// The runtime is process-wide: call this on the thread that will make
     /// the calls, before it calls any instrumented function.
     pub fn instrument(&self) -> Result<Instrumented<'_>, CostError> {
+        self.instrument_with(&["task-clock"])
+    }
+
+    /// Like [`instrument`](Self::instrument), the counters probe reading
+    /// `events` (fixed for the process by its first call).
+    pub fn instrument_with(&self, events: &[&str]) -> Result<Instrumented<'_>, CostError> {
         let rt = Runtime::get()?;
         (rt.local_init)(16, 0);
         // Before this thread's first instrumented call, so its tables get a reader.
-        let events = "task-clock";
-        let counters = match (rt.set_events)(events.as_ptr(), events.len()) {
-            0 => Ok(()),
-            _ => Err(format!("the probe runtime refused the event {events}")),
-        };
+        let counters = Runtime::set_counters(rt, events);
         let spec = FunctionSpec {
             name: Body::Patched.symbol().into(),
             addr: self.bodies[Body::Patched as usize] as u64,
@@ -309,13 +311,28 @@ impl Drop for Target {
 struct Runtime {
     local_init: extern "C" fn(u64, u32) -> i64,
     set_probe: extern "C" fn(u32),
+    set_counters: extern "C" fn(*const u8, usize) -> i64,
     set_tracing: extern "C" fn(u32),
     segment: unsafe extern "C" fn(*mut u64) -> u64,
-    set_events: extern "C" fn(*const u8, usize) -> i64,
     enter: u64,
 }
 
 impl Runtime {
+    /// Resolves `events` here and hands their descriptions and the TSC's
+    /// rate to the runtime (which parses no names).
+    fn set_counters(&self, events: &[&str]) -> Result<(), String> {
+        let attrs = events
+            .iter()
+            .map(|e| parse_event(e).map_err(|err| format!("{e}: {err}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let setup = CounterSetup { events: attrs, tsc: papirus_substrate::clock::clock().tsc_rate() };
+        let blob = serde_json::to_vec(&setup).map_err(|e| e.to_string())?;
+        match (self.set_counters)(blob.as_ptr(), blob.len()) {
+            0 => Ok(()),
+            _ => Err(format!("the probe runtime refused the events {}", events.join(","))),
+        }
+    }
+
     /// Loads the runtime once per process (it stays loaded).
     fn get() -> Result<&'static Runtime, CostError> {
         static RT: std::sync::OnceLock<Result<Runtime, String>> = std::sync::OnceLock::new();
@@ -336,10 +353,10 @@ impl Runtime {
             let p = unsafe { libc::dlsym(h, n.as_ptr()) };
             if p.is_null() { Err(format!("{}: no symbol {name}", path.display())) } else { Ok(p as usize) }
         };
-        let (init, probe, events) = (
+        let (init, probe, counters) = (
             sym("papirus_probe_local_init")?,
             sym("papirus_probe_set_probe")?,
-            sym("papirus_probe_set_events")?,
+            sym("papirus_probe_set_counters")?,
         );
         let (tracing, segment) = (sym("papirus_probe_set_tracing")?, sym("papirus_probe_local_segment")?);
         // SAFETY: the runtime's C ABI (its cabi module) defines these signatures;
@@ -348,9 +365,9 @@ impl Runtime {
             Ok(Runtime {
                 local_init: std::mem::transmute::<usize, extern "C" fn(u64, u32) -> i64>(init),
                 set_probe: std::mem::transmute::<usize, extern "C" fn(u32)>(probe),
+                set_counters: std::mem::transmute::<usize, extern "C" fn(*const u8, usize) -> i64>(counters),
                 set_tracing: std::mem::transmute::<usize, extern "C" fn(u32)>(tracing),
                 segment: std::mem::transmute::<usize, unsafe extern "C" fn(*mut u64) -> u64>(segment),
-                set_events: std::mem::transmute::<usize, extern "C" fn(*const u8, usize) -> i64>(events),
                 enter: sym("papirus_probe_enter")? as u64,
             })
         }
@@ -502,10 +519,15 @@ pub struct DriverRun {
 impl DriverRun {
     /// The median sample.
     pub fn median(&self) -> f64 {
-        let mut v = self.ns.clone();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
+        median(&self.ns)
     }
+}
+
+/// The median of `v` (NaN when empty).
+pub fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 impl Driver {

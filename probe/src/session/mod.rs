@@ -20,9 +20,11 @@ pub mod trace;
 
 use std::path::{Path, PathBuf};
 
+use papirus_substrate::EventAttr;
+
 pub use papirus_probe_abi::{Probe, Report, Window};
 
-pub use attach::{AttachOptions, AttachSummary, attach};
+pub use attach::{AttachOptions, AttachSummary, Stop, attach};
 pub use patching::RemoteSpace;
 use patching::{patch_stopped, unpatch_stopped};
 pub use release::Kept;
@@ -211,22 +213,47 @@ pub fn parse_probe(name: &str) -> Result<Probe, ProbeError> {
     }
 }
 
-/// Checks a probe's event list here, before the target is touched: the
-/// counters probe needs 1 to 4 events papirus-substrate can parse, the others none.
-pub fn check_events(probe: Probe, events: &[String]) -> Result<(), ProbeError> {
+/// Resolves `--events` values to the descriptions the runtime opens, here,
+/// before the target is touched: each value split as perf splits event
+/// lists (commas inside `pmu/…/` terms stay), each name resolved as an event
+/// set resolves it ([`papirus_lowlevel::Library::resolve_event`]: PAPI presets,
+/// PAPI's `perf::` spellings, perf's syntax; an event that cannot be counted
+/// here fails with the reason papirus-stat gives). The counters probe needs 1
+/// to 4 events, each one native event; the other probes none. Each
+/// description keeps the name as given, for the report.
+pub fn resolve_events(probe: Probe, values: &[String]) -> Result<Vec<EventAttr>, ProbeError> {
+    let mut names = Vec::new();
+    for v in values {
+        names.extend(
+            papirus_substrate::names::split_event_names(v)
+                .map_err(|e| ProbeError::Events(format!("--events {v}: {e}")))?,
+        );
+    }
     match probe {
-        Probe::Counters if events.is_empty() || events.len() > 4 => Err(ProbeError::Events(
+        Probe::Counters if names.is_empty() || names.len() > 4 => Err(ProbeError::Events(
             "the counters probe reads 1 to 4 events: --events task-clock,page-faults".into(),
         )),
         Probe::Counters => {
-            for e in events {
-                papirus_substrate::parse_event(e)
-                    .map_err(|err| ProbeError::Events(format!("event {e}: {err}")))?;
-            }
-            Ok(())
+            let lib = papirus_lowlevel::init().map_err(|e| ProbeError::Events(e.to_string()))?;
+            names.iter().map(|n| resolve_event(&lib, n)).collect()
         }
-        _ if !events.is_empty() => {
+        _ if !names.is_empty() => {
             Err(ProbeError::Events(format!("--events needs --probe counters (probe is {})", probe.name())))
+        }
+        _ => Ok(Vec::new()),
+    }
+}
+
+/// Checks resolved events against the probe: 1 to 4 for the counters probe,
+/// none for the others (a library caller may skip [`resolve_events`]).
+fn check_counter_events(probe: Probe, events: &[EventAttr]) -> Result<(), ProbeError> {
+    match probe {
+        Probe::Counters if events.is_empty() || events.len() > 4 => {
+            Err(ProbeError::Events("the counters probe reads 1 to 4 events".into()))
+        }
+        Probe::Counters => Ok(()),
+        _ if !events.is_empty() => {
+            Err(ProbeError::Events(format!("events need the counters probe (probe is {})", probe.name())))
         }
         _ => Ok(()),
     }
@@ -244,36 +271,17 @@ pub fn check_trace(probe: Probe, trace: Option<&TraceRequest>) -> Result<(), Pro
     Ok(())
 }
 
-/// The event names `--events` values stand for: each value split by the
-/// shared event-list splitter (commas inside `pmu/…/` terms stay), and each
-/// PAPI preset replaced by the native event it counts here, resolved as
-/// papirus-stat resolves it (an unavailable preset fails with the same reason).
-pub fn expand_events(values: &[String]) -> Result<Vec<String>, ProbeError> {
-    let mut names = Vec::new();
-    for v in values {
-        let split = papirus_substrate::names::split_event_names(v)
-            .map_err(|e| ProbeError::Events(format!("--events {v}: {e}")))?;
-        for name in split {
-            if papirus_lowlevel::preset::preset_by_name(&name).is_some() {
-                names.push(preset_native(&name)?);
-            } else {
-                names.push(name);
-            }
+/// The one native event `name` counts on this machine, named `name`.
+fn resolve_event(lib: &papirus_lowlevel::Library, name: &str) -> Result<EventAttr, ProbeError> {
+    let r = lib.resolve_event(name).map_err(|e| ProbeError::Events(e.to_string()))?;
+    match <[EventAttr; 1]>::try_from(r.attrs) {
+        Ok([mut attr]) => {
+            attr.name_as(name);
+            Ok(attr)
         }
-    }
-    Ok(names)
-}
-
-/// The one native event preset `name` counts on this machine.
-fn preset_native(name: &str) -> Result<String, ProbeError> {
-    let lib = papirus_lowlevel::init().map_err(|e| ProbeError::Events(e.to_string()))?;
-    let mut set = lib.event_set();
-    set.add_named(name).map_err(|e| ProbeError::Events(e.to_string()))?;
-    let info = set.events().into_iter().next();
-    match info.as_ref().map(|i| i.terms.as_slice()) {
-        Some([native]) => Ok(native.clone()),
-        _ => Err(ProbeError::Events(format!(
-            "preset {name} is derived from several native events here; the counters probe reads native events: name them instead"
+        Err(_) => Err(ProbeError::Events(format!(
+            "{name} is derived from several native events here ({}); the counters probe reads native events: name them instead",
+            r.info.terms.join(", ")
         ))),
     }
 }
@@ -329,7 +337,7 @@ fn trace_options(
 #[derive(Debug, Clone, Copy)]
 struct Measure<'a> {
     probe: Probe,
-    events: &'a [String],
+    events: &'a [EventAttr],
     per_thread: bool,
     nodes: u64,
     trace: Option<&'a TraceRequest>,
@@ -345,8 +353,10 @@ fn start_session(
     names: &mut Vec<String>,
     specs: &mut [crate::patch::FunctionSpec],
 ) -> Result<(results::Results, Option<trace::Tracing>), ProbeError> {
-    let rate = results::tsc_rate();
-    let trace = m.trace.map(|req| trace_options(req, names, specs, rate)).transpose()?;
+    // The TSC's rate only for a trace: other sessions need not wait for its
+    // calibration before the target starts.
+    let traced = m.trace.map(|req| (req, results::tsc_rate()));
+    let trace = traced.map(|(req, rate)| trace_options(req, names, specs, rate)).transpose()?;
     let spec = results::SessionSpec {
         probe: m.probe,
         events: m.events,
@@ -356,8 +366,8 @@ fn start_session(
         trace,
     };
     let results = results::Results::start(p, hooks, &spec)?;
-    let tracing = match m.trace {
-        Some(req) => match start_tracing(req, &results, &spec, p.pid(), names, rate) {
+    let tracing = match traced {
+        Some((req, rate)) => match start_tracing(req, &results, &spec, p.pid(), names, rate) {
             Ok(t) => Some(t),
             Err(e) => {
                 let _ = p.call(hooks.teardown, &[]);
@@ -388,7 +398,11 @@ fn start_tracing(
         command: command_of(pid),
         functions: names.to_vec(),
         traced: opts.functions,
-        events: if spec.probe == Probe::Counters { spec.events.to_vec() } else { Vec::new() },
+        events: if spec.probe == Probe::Counters {
+            spec.events.iter().map(|a| a.name().to_string()).collect()
+        } else {
+            Vec::new()
+        },
         start_tsc: seg.header(papirus_probe_abi::layout::hdr::START_TSC),
         ticks_per_second: rate,
         ring: g.shape.ring,
@@ -430,14 +444,17 @@ struct TargetHooks {
 impl TargetHooks {
     fn find(p: &Process) -> Result<TargetHooks, ProbeError> {
         let module = RUNTIME_FILE.trim_end_matches(".so");
-        let f = |name| p.module_function(module, name);
-        Ok(TargetHooks {
-            enter: f("papirus_probe_enter")?,
-            unwind_begin: f("papirus_probe_unwind_begin")?,
-            catch: f("papirus_probe_catch")?,
-            setup: f("papirus_probe_setup")?,
-            teardown: f("papirus_probe_teardown")?,
-        })
+        let [enter, unwind_begin, catch, setup, teardown] = p.module_functions(
+            module,
+            &[
+                "papirus_probe_enter",
+                "papirus_probe_unwind_begin",
+                "papirus_probe_catch",
+                "papirus_probe_setup",
+                "papirus_probe_teardown",
+            ],
+        )?;
+        Ok(TargetHooks { enter, unwind_begin, catch, setup, teardown })
     }
 }
 

@@ -22,8 +22,9 @@ use nix::sys::mman::ProtFlags;
 use papirus_probe_abi::layout::{self, hdr};
 use papirus_probe_abi::segment::{Segment, flatten};
 use papirus_probe_abi::{
-    EventSpec, Probe, Report, SESSION_VERSION, Session, SetupCode, TraceOptions, Window,
+    CounterSetup, Probe, Report, SESSION_VERSION, Session, SetupCode, TraceOptions, Window,
 };
+use papirus_substrate::EventAttr;
 use rustix::fs::{SealFlags, fcntl_get_seals};
 use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
 
@@ -61,45 +62,13 @@ pub(super) fn settle(p: &mut Process) -> Result<(), ProbeError> {
     })
 }
 
-/// Resolves event names here, so the runtime opens them without reading sysfs.
-fn event_specs(events: &[String]) -> Result<Vec<EventSpec>, ProbeError> {
-    use papirus_substrate::Kind;
-    events
-        .iter()
-        .map(|name| {
-            let a = papirus_substrate::parse_event(name)
-                .map_err(|e| ProbeError::Events(format!("event {name}: {e}")))?;
-            let d = a.domain_value();
-            Ok(EventSpec {
-                name: name.clone(),
-                kind: match a.kind() {
-                    Kind::Hardware => 0,
-                    Kind::Software => 1,
-                    Kind::Tracepoint => 2,
-                    Kind::Breakpoint => 3,
-                    Kind::Dynamic => 4,
-                },
-                type_: a.type_(),
-                config: a.config_value(),
-                config1: a.config1_value(),
-                config2: a.config2_value(),
-                bp_type: a.bp_type_value(),
-                user: d.user,
-                kernel: d.kernel,
-                hypervisor: d.hypervisor,
-                uprobe_path: a.uprobe_path_value().map(|p| p.as_bytes().to_vec()),
-            })
-        })
-        .collect()
-}
-
 /// What a session records, as the tool asks the runtime for it.
 #[derive(Debug, Clone)]
 pub(super) struct SessionSpec<'a> {
     /// The probe.
     pub probe: Probe,
     /// Its counter events.
-    pub events: &'a [String],
+    pub events: &'a [EventAttr],
     /// Functions instrumented.
     pub functions: usize,
     /// Keep ended threads apart.
@@ -155,7 +124,14 @@ impl Results {
             version: SESSION_VERSION,
             probe: spec.probe,
             functions: spec.functions as u64,
-            events: event_specs(spec.events)?,
+            // The TSC rate only for the counters probe: other probes need not
+            // wait for a calibration before the target starts.
+            counters: CounterSetup {
+                events: spec.events.to_vec(),
+                tsc: (spec.probe == Probe::Counters)
+                    .then(|| papirus_substrate::clock::clock().tsc_rate())
+                    .flatten(),
+            },
             slots: SLOTS,
             processes: PROCESSES,
             tool_pid: std::process::id(),
@@ -257,7 +233,7 @@ impl Results {
         &self,
         pid: i32,
         probe: Probe,
-        events: &[String],
+        events: &[EventAttr],
         functions: Vec<String>,
         ended: &dyn Fn(u32) -> String,
     ) -> Result<Report, ProbeError> {
@@ -284,7 +260,11 @@ impl Results {
             probe: probe.name().to_string(),
             pid: pid as u32,
             ticks_per_second,
-            events: if probe == Probe::Counters { events.to_vec() } else { Vec::new() },
+            events: if probe == Probe::Counters {
+                events.iter().map(|a| a.name().to_string()).collect()
+            } else {
+                Vec::new()
+            },
             functions,
             threads,
             window: Window {

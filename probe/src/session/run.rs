@@ -27,14 +27,15 @@ use crate::inventory::Inventory;
 use crate::patch::Refused;
 use crate::process::{Exit, Process, Spawn};
 use papirus_probe_abi::Probe;
+use papirus_substrate::EventAttr;
 
 /// What to run and measure.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     /// The probe.
     pub probe: Probe,
-    /// Counter events of the counters probe.
-    pub events: Vec<String>,
+    /// Counter events of the counters probe, resolved ([`super::resolve_events`]).
+    pub events: Vec<EventAttr>,
     /// Which functions.
     pub selection: Selection,
     /// Where the report goes.
@@ -76,7 +77,9 @@ pub struct RunSummary {
 
 /// Runs the program instrumented, waits for it to end and writes the report.
 pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
-    super::check_events(opts.probe, &opts.events)?;
+    // The report converts ticks with it: calibrated while the target runs, not after.
+    papirus_substrate::clock::set_up_in_background();
+    super::check_counter_events(opts.probe, &opts.events)?;
     super::check_trace(opts.probe, opts.trace.as_ref())?;
     papirus_formats::output::check_writable(&opts.output)?;
     let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());

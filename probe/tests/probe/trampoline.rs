@@ -510,17 +510,22 @@ fn removal_restores_the_original_bytes() {
 /// Walks the code reachable from `roots` (following direct calls and
 /// branches) and fails on any vector, x87, MMX or mask register, or any
 /// indirect branch or call (a call into libc goes through one) other than the
-/// exit stub's jump through its popped return slot. `xsaver` is
-/// the counters probe's reader: the walk checks that it saves the extended
-/// state (xsave64 before its call, xrstor64 after) and does not descend into
-/// what it calls. Returns the number of instructions checked.
-fn check_vector_free(roots: &[u64], xsaver: u64, read: &mut dyn FnMut(u64, &mut [u8])) -> usize {
+/// exit stub's jump through its popped return slot. `xsaver` is the
+/// runtime's door to its cold path (a thread's registration): the walk
+/// checks that it saves the extended state (xsave64 before its call,
+/// xrstor64 after) and does not descend into what it calls. Returns the
+/// instructions checked.
+fn check_vector_free(
+    roots: &[u64],
+    xsaver: u64,
+    read: &mut dyn FnMut(u64, &mut [u8]),
+) -> Vec<iced_x86::Mnemonic> {
     let mut todo = roots.to_vec();
     let mut seen = HashSet::new();
-    // The reader: push ×3, two movs, mask in edx:eax, xsave64, call, mask, xrstor64.
+    // The door: push ×3, two movs, mask in edx:eax, xsave64, a mov, call, mask, xrstor64.
     let mut ip = xsaver;
     let mut order = Vec::new();
-    for _ in 0..12 {
+    for _ in 0..16 {
         let mut bytes = [0u8; 16];
         read(ip, &mut bytes);
         let i = Decoder::with_ip(64, &bytes, ip, DecoderOptions::NONE).decode();
@@ -531,9 +536,10 @@ fn check_vector_free(roots: &[u64], xsaver: u64, read: &mut dyn FnMut(u64, &mut 
     let pos = |m| order.iter().position(|&x| x == m).unwrap_or(usize::MAX);
     assert!(
         pos(Xsave64) < pos(Call) && pos(Call) < pos(Xrstor64),
-        "the counters reader saves state: {order:?}"
+        "the cold path's door saves state: {order:?}"
     );
     seen.insert(xsaver);
+    let mut walked = Vec::new();
     let mut info = InstructionInfoFactory::new();
     while let Some(ip) = todo.pop() {
         if !seen.insert(ip) {
@@ -543,6 +549,7 @@ fn check_vector_free(roots: &[u64], xsaver: u64, read: &mut dyn FnMut(u64, &mut 
         read(ip, &mut bytes);
         let i = Decoder::with_ip(64, &bytes, ip, DecoderOptions::NONE).decode();
         assert!(!i.is_invalid(), "undecodable at {ip:#x}");
+        walked.push(i.mnemonic());
         for r in info.info(&i).used_registers() {
             let reg = r.register();
             assert!(
@@ -573,20 +580,33 @@ fn check_vector_free(roots: &[u64], xsaver: u64, read: &mut dyn FnMut(u64, &mut 
             _ => panic!("{i} at {ip:#x}: indirect control flow or a call outside the runtime"),
         }
     }
-    seen.len()
+    walked
 }
 
-/// The hooks' code, and everything it calls, touches no vector, x87 or MMX
-/// register and calls nothing outside the runtime: the trampolines rely on it
-/// when they save only general registers and flags. Checked in this process
-/// (the runtime linked as an rlib) …
+/// The walk covered the counters probe's reads: the rdpmc of a hardware
+/// counter's page and the `syscall` of a `read(2)` are both in it.
+fn check_counters_walked(walked: &[iced_x86::Mnemonic], what: &str) {
+    use iced_x86::Mnemonic::{Rdpmc, Rdtsc, Syscall};
+    for m in [Rdtsc, Rdpmc, Syscall] {
+        assert!(walked.contains(&m), "no {m:?} among the {} instructions walked in {what}", walked.len());
+    }
+}
+
+/// The hooks' code, and everything it calls — the wallclock and the counters
+/// probes' hot paths: timestamps, the counting core's group reads (page
+/// seqlocks, rdpmc, the TSC extrapolation, a `read(2)` by `syscall`) and its
+/// estimator — touches no vector, x87 or MMX register and calls nothing
+/// outside the runtime: the trampolines rely on it when they save only
+/// general registers and flags. Checked in this process (the runtime linked
+/// as an rlib) …
 #[test]
 fn hooks_use_no_vector_registers_or_libc() {
     let hooks = rt::hooks();
     let mem = File::open("/proc/self/mem").unwrap();
     let roots = [hooks.enter, hooks.unwind_begin, hooks.catch, hooks.exit_stub];
-    let n = check_vector_free(&roots, hooks.counters_read, &mut |a, b| mem.read_exact_at(b, a).unwrap());
-    assert!(n > 100, "walked {n} instructions");
+    let walked = check_vector_free(&roots, hooks.cold_call, &mut |a, b| mem.read_exact_at(b, a).unwrap());
+    assert!(walked.len() > 100, "walked {} instructions", walked.len());
+    check_counters_walked(&walked, "this process");
 }
 
 /// … and in the shared library papirus-probe loads into targets.
@@ -608,19 +628,20 @@ fn the_runtime_library_uses_no_vector_registers_or_libc() {
         "papirus_probe_exit_stub",
     ]
     .map(sym);
-    let reader = obj
+    let door = obj
         .symbols()
-        .find(|s| s.name().is_ok_and(|n| n.contains("counters13counters_read")))
-        .expect("the counters reader")
+        .find(|s| s.name().is_ok_and(|n| n.contains("counters9cold_call")))
+        .expect("the cold path's door")
         .address();
-    let n = check_vector_free(&roots, reader, &mut |addr, buf| {
+    let walked = check_vector_free(&roots, door, &mut |addr, buf| {
         use object::ObjectSegment;
         let seg = obj.segments().find(|s| (s.address()..s.address() + s.size()).contains(&addr)).unwrap();
         let off = (addr - seg.address() + seg.file_range().0) as usize;
         let end = (off + buf.len()).min(data.len());
         buf[..end - off].copy_from_slice(&data[off..end]);
     });
-    assert!(n > 100, "walked {n} instructions in {}", path.display());
+    assert!(walked.len() > 100, "walked {} instructions in {}", walked.len(), path.display());
+    check_counters_walked(&walked, &path.display().to_string());
 }
 
 #[test]

@@ -22,7 +22,7 @@ fn parse(p: &Parser, name: &str) -> EventAttr {
 
 /// (type, config, config1, config2)
 fn enc(a: &EventAttr) -> (u32, u64, u64, u64) {
-    (a.type_(), a.config_value(), a.config1_value(), a.config2_value())
+    (a.pmu_type(), a.config_value(), a.config1_value(), a.config2_value())
 }
 
 fn err(p: &Parser, name: &str) -> Error {
@@ -160,7 +160,7 @@ fn encodings_agree_with_this_machines_perf() {
         let Some(perf) = perf_attr(name) else { panic!("perf printed no attr for `{name}`") };
         let r = a.to_raw();
         let ours = (
-            a.type_(),
+            a.pmu_type(),
             a.config_value(),
             a.config1_value(),
             a.config2_value(),

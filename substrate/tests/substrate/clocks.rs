@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
 use papirus_substrate::clock::clock;
 use papirus_substrate::event::{Count, Target};
-use papirus_substrate::fastread::{MappedCounter, MappedGroup, ReadPath, UserPath};
+use papirus_substrate::fastread::{self, ReadMethod, ReadPath};
 use papirus_substrate::hwinfo::HwInfo;
 use papirus_substrate::sys::clock_gettime;
-use papirus_substrate::vclock::{ERROR_BOUND, VirtMethod, thread_cpu_ns, thread_method};
+use papirus_substrate::vclock::{ERROR_BOUND, thread_cpu_ns, thread_method};
 use papirus_substrate::{EventAttr, Kind};
 
 use crate::util::serial;
@@ -162,7 +162,7 @@ fn virtual_time_tracks_thread_cputime_on_8_threads() {
         .collect();
     for (k, t) in threads.into_iter().enumerate() {
         let (method, e) = t.join().unwrap();
-        if let VirtMethod::Syscall { reason } = &method {
+        if let ReadMethod::Syscall { reason } = &method {
             eprintln!("thread {k}: virtual time falls back to the syscall here: {reason}");
         }
         e.check(&format!("thread {k} virtual time ({method:?}) vs CLOCK_THREAD_CPUTIME_ID"));
@@ -212,7 +212,7 @@ fn a_thread_pays_nothing_until_it_asks_and_releases_at_exit() {
     })
     .join()
     .unwrap();
-    if let (_, VirtMethod::Hybrid | VirtMethod::KernelTime, (m, f)) = during {
+    if let (_, ReadMethod::ReadPlusTsc | ReadMethod::PageTime, (m, f)) = during {
         assert_eq!((m, f), (before.0 + 1, before.1 + 1), "one page and one fd per asking thread");
     }
     assert_eq!(perf_resources(), before, "the thread's page and fd outlived it");
@@ -242,7 +242,7 @@ use perf_event_open_sys::bindings as b;
 #[test]
 fn user_space_task_clock_agrees_with_read() {
     let _s = serial();
-    let c = match MappedCounter::open(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread) {
+    let c = match fastread::counter(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("task-clock cannot be opened here: {e}; skipping");
@@ -250,9 +250,9 @@ fn user_space_task_clock_agrees_with_read() {
         }
     };
     assert!(
-        matches!(c.path(), UserPath::Hybrid | UserPath::KernelTime),
+        matches!(c.method(), ReadMethod::ReadPlusTsc | ReadMethod::PageTime),
         "task-clock of this thread has no user-space path: {:?}",
-        c.path()
+        c.method()
     );
     c.enable().unwrap();
     let mut rng = XorShift(42);
@@ -273,7 +273,7 @@ fn user_space_task_clock_agrees_with_read() {
     eprintln!("paths: user space {}, resync {}, syscall {}", paths[0], paths[1], paths[2]);
     assert_eq!(paths[2], 0, "an enabled task-clock of this thread never needs a plain read()");
     assert!(paths[0] > paths[1], "most reads should take the user-space path");
-    e.check(&format!("task-clock user space ({:?}) vs read()", c.path()));
+    e.check(&format!("task-clock user space ({:?}) vs read()", c.method()));
     // Disabled, reads go to the kernel and say so.
     c.disable().unwrap();
     assert_eq!(c.read().unwrap().1, ReadPath::Syscall);
@@ -287,14 +287,14 @@ fn group_read_takes_user_space_only_when_every_member_can() {
         sw("cpu-clock", b::PERF_COUNT_SW_CPU_CLOCK),
         sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK),
     ];
-    let g = match MappedGroup::open(&times, Target::ThisThread) {
+    let g = match fastread::group(&times, Target::ThisThread) {
         Ok(g) => g,
         Err(e) => {
             eprintln!("software group cannot be opened here: {e}; skipping");
             return;
         }
     };
-    assert!(g.user_space(), "{:?}", g.paths());
+    assert!(g.user_space(), "{:?}", g.methods());
     g.enable().unwrap();
     let mut out: Vec<Count> = Vec::new();
     let (mut before, mut after) = (Vec::new(), Vec::new());
@@ -322,12 +322,12 @@ fn group_read_takes_user_space_only_when_every_member_can() {
         sw("page-faults", b::PERF_COUNT_SW_PAGE_FAULTS),
         sw("context-switches", b::PERF_COUNT_SW_CONTEXT_SWITCHES),
     ];
-    let g = MappedGroup::open(&mixed, Target::ThisThread).unwrap();
+    let g = fastread::group(&mixed, Target::ThisThread).unwrap();
     assert!(!g.user_space());
     assert!(
-        matches!(&g.paths()[1], UserPath::None { reason } if reason.contains("page-faults")),
+        matches!(&g.methods()[1], ReadMethod::Syscall { reason } if reason.contains("page-faults")),
         "{:?}",
-        g.paths()
+        g.methods()
     );
     g.enable().unwrap();
     assert_eq!(g.read_into(&mut out).unwrap(), ReadPath::Syscall);
@@ -339,9 +339,9 @@ fn task_clock_of_another_thread_is_read_with_read() {
     let _s = serial();
     let tid = std::process::id() as i32;
     let attr = sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK);
-    match MappedCounter::open(&attr, Target::Task(tid)) {
+    match fastread::counter(&attr, Target::Task(tid)) {
         Ok(c) => {
-            assert!(matches!(c.path(), UserPath::None { .. }), "{:?}", c.path());
+            assert!(matches!(c.method(), ReadMethod::Syscall { .. }), "{:?}", c.method());
             c.enable().unwrap();
             assert_eq!(c.read().unwrap().1, ReadPath::Syscall);
         }
@@ -399,10 +399,10 @@ fn hardware_info_is_consistent_with_proc_cpuinfo_and_sysfs() {
     assert!(h.pmus.iter().any(|p| p.name == "software" && p.type_ == 1), "{:?}", h.pmus);
     // Virtual time takes a user-space method whenever the TSC is usable and
     // a task-clock can be opened (this test opens one to know).
-    let tc = MappedCounter::open(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread);
+    let tc = fastread::counter(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread);
     if h.clock.source == papirus_substrate::clock::Source::Tsc && tc.is_ok() {
         assert!(
-            matches!(h.virtual_time, VirtMethod::Hybrid | VirtMethod::KernelTime),
+            matches!(h.virtual_time, ReadMethod::ReadPlusTsc | ReadMethod::PageTime),
             "{:?}",
             h.virtual_time
         );

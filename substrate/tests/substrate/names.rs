@@ -41,7 +41,7 @@ fn breakpoint_by_symbol_counts_every_call() {
     let _s = serial();
     const CALLS: u64 = 100_000;
     let attr = parse_event("mem:papirus_names_bp_target:x").unwrap();
-    assert_eq!(attr.type_(), PERF_TYPE_BREAKPOINT);
+    assert_eq!(attr.pmu_type(), PERF_TYPE_BREAKPOINT);
     assert_eq!(
         attr.config1_value(),
         papirus_names_bp_target as *const () as u64,
@@ -102,7 +102,7 @@ fn uprobe_offset_matches_this_process_mapping() {
         })
         .expect("the function is mapped from the executable");
     let a = p.parse(&format!("uprobe:{exe_text}:papirus_names_bp_target")).unwrap();
-    assert_eq!((a.type_(), a.config_value(), a.config2_value()), (up.type_, 0, offset));
+    assert_eq!((a.pmu_type(), a.config_value(), a.config2_value()), (up.type_, 0, offset));
     assert_eq!(a.uprobe_path_value().unwrap().to_str().unwrap(), exe_text);
     assert_eq!(
         p.parse(&format!("uprobe:{exe_text}:papirus_names_bp_target+4")).unwrap().config2_value(),

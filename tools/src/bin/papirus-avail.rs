@@ -182,7 +182,11 @@ fn one(lib: &Library, name: &str, json: bool, w: &mut String) -> papirus_lowleve
                 }
                 Term::Perf { name } => match papirus_lowlevel::native::resolve(name) {
                     Ok(r) => {
-                        format!("type {} config {:#x}", r.parsed.attr.type_(), r.parsed.attr.config_value())
+                        format!(
+                            "type {} config {:#x}",
+                            r.parsed.attr.pmu_type(),
+                            r.parsed.attr.config_value()
+                        )
                     }
                     Err(e) => e.to_string(),
                 },

@@ -130,6 +130,41 @@ fn counters_probe_reads_the_events_per_function() {
     }
 }
 
+/// `--events` takes what `papirus-stat -e` takes, resolved the same way:
+/// a PAPI preset or spelling the machine counts is counted, one it cannot
+/// count fails before the program runs with papirus-stat's own reason.
+#[test]
+fn counters_probe_events_resolve_as_papirus_stat_resolves_them() {
+    let program = exe("probe_program.c", "probe_program_presets", &["-pthread"]);
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["PAPI_TOT_CYC", "PAPI_TOT_INS", "perf::TASK-CLOCK"] {
+        let stat = Command::new(env!("CARGO_BIN_EXE_papirus-stat"))
+            .args(["-e", name, "--", "true"])
+            .output()
+            .unwrap();
+        let out = dir.path().join(format!("presets-{name}.json"));
+        let probed = probe()
+            .args(["run", "--probe", "counters", "--events", name, "-o"])
+            .arg(&out)
+            .arg("--")
+            .arg(&program)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&probed.stderr);
+        if stat.status.success() {
+            assert!(probed.status.success(), "{name}: papirus-stat counts it, papirus-probe failed: {err}");
+            assert_eq!(report(&out).events, [name], "{name}: the report names the event as given");
+        } else {
+            let stat_err = String::from_utf8_lossy(&stat.stderr);
+            let reason = stat_err.trim().trim_start_matches("papirus-stat: ");
+            assert!(!reason.is_empty(), "{name}: papirus-stat failed without a reason");
+            assert_eq!(probed.status.code(), Some(125), "{name}: {err}");
+            assert!(err.contains(reason), "{name}: papirus-stat says `{reason}`, papirus-probe `{err}`");
+            assert!(!out.exists(), "{name}: nothing ran, no report");
+        }
+    }
+}
+
 #[test]
 fn run_cxx_exceptions_reach_their_catch() {
     let program = exe("probe_program_exc.cpp", "probe_program_exc", &[]);

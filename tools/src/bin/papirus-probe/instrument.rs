@@ -7,7 +7,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use clap::Args;
@@ -17,6 +17,7 @@ use papirus_probe::process::Exit;
 use papirus_probe::session::{
     self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, TraceRequest, View,
 };
+use papirus_substrate::EventAttr;
 use papirus_tools::export::{self, Format};
 
 use crate::output::{self, Failure, note};
@@ -158,10 +159,9 @@ impl ProbeArgs {
     }
 
     /// The probe, its event names, the selection and the runtime library.
-    fn parts(&self) -> Result<(session::Probe, Vec<String>, Selection, PathBuf), Failure> {
+    fn parts(&self) -> Result<(session::Probe, Vec<EventAttr>, Selection, PathBuf), Failure> {
         let p = session::parse_probe(&self.probe)?;
-        let events = session::expand_events(&self.events)?;
-        session::check_events(p, &events)?;
+        let events = session::resolve_events(p, &self.events)?;
         let sel = Selection {
             modules: self.module.clone(),
             functions: expand_globs(&self.functions)?,
@@ -524,8 +524,7 @@ fn write_format(
     }
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
-/// The signal that set [`STOP`], 0 for none.
+/// The signal that ended an attach, 0 for none.
 static STOPPED_BY: AtomicI32 = AtomicI32::new(0);
 
 /// The signals that end an attach cleanly (restore, flush, detach) instead of
@@ -555,10 +554,12 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let duration = args.duration;
     let ending = ending_signals();
     ending.thread_block()?;
+    let stop = std::sync::Arc::new(session::Stop::new()?);
+    let stopper = stop.clone();
     std::thread::spawn(move || {
         if let Ok(sig) = ending.wait() {
             STOPPED_BY.store(sig as i32, Ordering::Relaxed);
-            STOP.store(true, Ordering::Relaxed);
+            stopper.stop();
         }
     });
     if duration.is_none() {
@@ -577,7 +578,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         nodes: args.measure.probe.tree_nodes.unwrap_or(0),
         trace: trace.clone(),
     };
-    let attached = session::attach(&opts, &STOP);
+    let attached = session::attach(&opts, &stop);
     let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
     if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
         note(&format!("papirus-probe: {sig} received: pid {} restored and detached", args.pid));

@@ -22,20 +22,14 @@ use perf_event_open_sys::bindings as b;
 
 use crate::attr::{EventAttr, Kind};
 use crate::error::{Error, Op, Result};
-use crate::event::{Count, Target, open_fd, word};
-use crate::sample::Sampling;
+use crate::event::{Count, SamplingAttr, Target, open_fd};
+use crate::read::{BadGroupRead, decode_group, group_words};
 use crate::sys::{self, Errno, Ioctl, Sys};
 
 const GROUP_FORMAT: u64 = (b::PERF_FORMAT_GROUP
     | b::PERF_FORMAT_ID
     | b::PERF_FORMAT_TOTAL_TIME_ENABLED
     | b::PERF_FORMAT_TOTAL_TIME_RUNNING) as u64;
-
-/// Bytes of a group read: `nr, time_enabled, time_running`, then
-/// `value, id` per member.
-fn group_bytes(members: usize) -> usize {
-    8 * (3 + 2 * members)
-}
 
 /// The handle of one member of a [`Group`], returned by [`Group::add`] and
 /// [`Group::leader`]; index a [`GroupCounts`] with it.
@@ -71,6 +65,8 @@ pub struct Group {
     target: Target,
     hardware: bool,
     slots: Vec<Slot>,
+    /// The members' kernel ids, in group order (what a read is decoded against).
+    ids: Vec<u64>,
 }
 
 impl Group {
@@ -92,7 +88,7 @@ impl Group {
     pub fn open_sampling_with(
         sys: Arc<dyn Sys>,
         leader: &EventAttr,
-        sampling: &Sampling,
+        sampling: &dyn SamplingAttr,
         target: Target,
     ) -> Result<Group> {
         Group::open_leader(sys, leader, target, Some(sampling))
@@ -102,7 +98,7 @@ impl Group {
         sys: Arc<dyn Sys>,
         leader: &EventAttr,
         target: Target,
-        sampling: Option<&Sampling>,
+        sampling: Option<&dyn SamplingAttr>,
     ) -> Result<Group> {
         let (fd, id) = open_fd(&*sys, leader, target, None, GROUP_FORMAT, sampling)?;
         Ok(Group {
@@ -110,6 +106,7 @@ impl Group {
             target,
             hardware: leader.kind() == Kind::Hardware,
             slots: vec![Slot { fd, id, name: leader.name().to_string() }],
+            ids: vec![id],
         })
     }
 
@@ -122,15 +119,16 @@ impl Group {
 
     /// Like [`Group::add`], with a member that also samples (see
     /// [`Group::open_sampling_with`]).
-    pub fn add_sampling(&mut self, attr: &EventAttr, sampling: &Sampling) -> Result<Member> {
+    pub fn add_sampling(&mut self, attr: &EventAttr, sampling: &dyn SamplingAttr) -> Result<Member> {
         self.add_member(attr, Some(sampling))
     }
 
-    fn add_member(&mut self, attr: &EventAttr, sampling: Option<&Sampling>) -> Result<Member> {
+    fn add_member(&mut self, attr: &EventAttr, sampling: Option<&dyn SamplingAttr>) -> Result<Member> {
         let leader = self.slots[0].fd.as_fd();
         let (fd, id) = open_fd(&*self.sys, attr, self.target, Some(leader), GROUP_FORMAT, sampling)?;
         self.hardware |= attr.kind() == Kind::Hardware;
         self.slots.push(Slot { fd, id, name: attr.name().to_string() });
+        self.ids.push(id);
         Ok(Member { index: self.slots.len() - 1, id })
     }
 
@@ -210,17 +208,61 @@ impl Group {
     /// Like [`Group::read`], reusing `counts`' buffers (no allocation once
     /// they have the group's size).
     pub fn read_into(&self, counts: &mut GroupCounts) -> Result<()> {
-        let need = group_bytes(self.slots.len());
-        counts.buf.resize(need, 0);
-        let got =
-            self.sys.read(self.slots[0].fd.as_fd(), &mut counts.buf).map_err(|e| self.fail(Op::Read, e))?;
-        if got == 0 {
-            return Err(Error::InErrorState { event: self.slots[0].name.clone() });
-        }
-        counts.ids.clear();
-        counts.ids.extend(self.slots.iter().map(|s| s.id));
-        counts.decode(got, &self.slots[0].name)
+        let n = self.slots.len();
+        counts.ids.clone_from(&self.ids);
+        counts.counts.resize(n, Count::ZERO);
+        counts.words.resize(group_words(n), 0);
+        self.read_words(&mut counts.words, &mut counts.counts)?;
+        let first = counts.counts.first().copied().unwrap_or_default();
+        (counts.time_enabled, counts.time_running) = (first.time_enabled, first.time_running);
+        Ok(())
     }
+
+    /// One `read(2)` of every member into `out`, in group order: the
+    /// system call of a [`GroupReader`](crate::read::GroupReader) over this
+    /// group. Allocates nothing for groups of up to 16 members.
+    pub fn read_counts(&self, out: &mut [Count]) -> Result<()> {
+        const SMALL: usize = 16;
+        let n = self.slots.len();
+        let mut small = [0u64; group_words(SMALL)];
+        let mut big = Vec::new();
+        let words = if n <= SMALL {
+            &mut small[..group_words(n)]
+        } else {
+            big.resize(group_words(n), 0);
+            &mut big[..]
+        };
+        self.read_words(words, out)
+    }
+
+    /// Reads the group into `words` (its exact size) and decodes it into
+    /// `out` (one per member).
+    fn read_words(&self, words: &mut [u64], out: &mut [Count]) -> Result<()> {
+        let leader = &self.slots[0];
+        let got = self.sys.read_words(leader.fd.as_fd(), words).map_err(|e| self.fail(Op::Read, e))?;
+        if got == 0 {
+            return Err(Error::InErrorState { event: leader.name.clone() });
+        }
+        let ids = &self.ids;
+        let words = &words[..(got / 8).min(words.len())];
+        let event = &leader.name;
+        decode_group(words, ids, out).map_err(|bad| match bad {
+            BadGroupRead::Short { need, .. } => {
+                Error::ShortRead { op: Op::Read, event: event.clone(), got, expected: need * 8 }
+            }
+            BadGroupRead::Members { nr } => {
+                kernel_data(event, format!("{nr} values for a group of {} events", ids.len()))
+            }
+            BadGroupRead::Foreign { index, id } => {
+                kernel_data(event, format!("value {index} is for event id {id}, which is not in the group"))
+            }
+            BadGroupRead::Twice { id } => kernel_data(event, format!("event id {id} appears twice")),
+        })
+    }
+}
+
+fn kernel_data(event: &str, reason: String) -> Error {
+    Error::KernelData { op: Op::Read, event: event.to_string(), reason }
 }
 
 impl AsFd for Group {
@@ -240,50 +282,10 @@ pub struct GroupCounts {
     /// Member ids in group order, and their counts in the same order.
     ids: Vec<u64>,
     counts: Vec<Count>,
-    buf: Vec<u8>,
+    words: Vec<u64>,
 }
 
 impl GroupCounts {
-    /// Decodes the first `got` bytes of `buf` against the member ids.
-    fn decode(&mut self, got: usize, event: &str) -> Result<()> {
-        let members = self.ids.len();
-        let short = |got| Error::ShortRead {
-            op: Op::Read,
-            event: event.to_string(),
-            got,
-            expected: group_bytes(members),
-        };
-        let bad = |reason: String| Error::KernelData { op: Op::Read, event: event.to_string(), reason };
-        let buf = &self.buf[..got.min(self.buf.len())];
-        if buf.len() < group_bytes(0) {
-            return Err(short(buf.len()));
-        }
-        let nr = word(buf, 0);
-        if nr != members as u64 {
-            return Err(bad(format!("{nr} values for a group of {members} events")));
-        }
-        if buf.len() < group_bytes(members) {
-            return Err(short(buf.len()));
-        }
-        self.time_enabled = word(buf, 1);
-        self.time_running = word(buf, 2);
-        let empty = Count { raw: 0, time_enabled: self.time_enabled, time_running: self.time_running };
-        self.counts.clear();
-        self.counts.resize(members, empty);
-        let mut seen = vec![false; members];
-        for i in 0..members {
-            let (value, id) = (word(buf, 3 + 2 * i), word(buf, 4 + 2 * i));
-            let Some(at) = self.ids.iter().position(|&m| m == id) else {
-                return Err(bad(format!("value {i} is for event id {id}, which is not in the group")));
-            };
-            if std::mem::replace(&mut seen[at], true) {
-                return Err(bad(format!("event id {id} appears twice")));
-            }
-            self.counts[at].raw = value;
-        }
-        Ok(())
-    }
-
     /// The value of `member`, or `None` if it is not in this read.
     pub fn get(&self, member: &Member) -> Option<&Count> {
         let at = if self.ids.get(member.index) == Some(&member.id) {
@@ -338,7 +340,7 @@ impl Index<&Member> for GroupCounts {
 mod tests {
     use super::*;
     use crate::attr::consts::PERF_TYPE_SOFTWARE;
-    use crate::event::Scaling;
+    use crate::count::Scaling;
     use crate::sys::mock::MockSys;
 
     fn sw(name: &str, config: u64) -> EventAttr {
@@ -378,24 +380,41 @@ mod tests {
         );
     }
 
+    /// Samples every `0` events with `1` as sample_type; period 0 is refused.
+    #[derive(Debug)]
+    struct Period(u64, u64);
+
+    impl SamplingAttr for Period {
+        fn validate(&self, event: &str) -> Result<()> {
+            if self.0 == 0 {
+                return Err(Error::Malformed { event: event.into(), reason: "period 0".into() });
+            }
+            Ok(())
+        }
+        fn apply(&self, a: &mut crate::sys::perf_event_attr) {
+            a.__bindgen_anon_1.sample_period = self.0;
+            a.sample_type = self.1;
+        }
+    }
+
     #[test]
     fn sampling_leader_and_member_keep_the_group_read_format() {
-        use crate::sample::{SampleType, Sampling};
         let mock = MockSys::new();
-        let mut s = Sampling::period(100);
-        s.sample_type(SampleType::IP | SampleType::TID);
-        let mut g =
-            Group::open_sampling_with(mock.clone(), &sw("page-faults", 2), &s, Target::ThisThread).unwrap();
+        let mut g = Group::open_sampling_with(
+            mock.clone(),
+            &sw("page-faults", 2),
+            &Period(100, 5),
+            Target::ThisThread,
+        )
+        .unwrap();
         g.add(&sw("task-clock", 1)).unwrap();
-        g.add_sampling(&sw("context-switches", 3), &Sampling::period(7)).unwrap();
+        g.add_sampling(&sw("context-switches", 3), &Period(7, 0)).unwrap();
         let o = mock.opened();
         assert!(o.iter().all(|o| o.read_format == GROUP_FORMAT), "one group read covers samplers too");
         assert_eq!(o.iter().map(|o| o.sample_period).collect::<Vec<_>>(), vec![100, 0, 7]);
-        assert_eq!(o[0].sample_type, (SampleType::IP | SampleType::TID).0);
+        assert_eq!(o[0].sample_type, 5);
         assert_eq!(o[1].sample_type, 0);
-        assert!(
-            Group::open_sampling_with(mock, &sw("x", 2), &Sampling::period(0), Target::ThisThread).is_err()
-        );
+        assert!(Group::open_sampling_with(mock, &sw("x", 2), &Period(0, 0), Target::ThisThread).is_err());
     }
 
     #[test]
@@ -410,8 +429,8 @@ mod tests {
         assert_eq!(c[&pf].raw, 2_000);
         assert_eq!(c[&cs].raw, 7);
         assert_eq!((c.time_enabled(), c.time_running()), (900, 300));
-        assert_eq!(c[&pf].scaling(), Scaling::Scaled { factor: 3.0 });
-        assert_eq!(c[&pf].estimate(), Some(6_000));
+        let e = c[&pf].since(&Count::ZERO);
+        assert_eq!((e.scaling(), e.value), (Scaling::Scaled { factor: 3.0 }, 6_000));
         let listed: Vec<_> = c.iter().map(|(m, v)| (m, v.raw)).collect();
         assert_eq!(listed, vec![(leader, 5_000_000), (pf, 2_000), (cs, 7)]);
     }
@@ -422,12 +441,12 @@ mod tests {
         let (g, leader, pf, cs) = three(&mock);
         mock.push_read(&[3, 1_000, 0, 0, leader.id(), 0, pf.id(), 0, cs.id()]);
         let c = g.read().unwrap();
-        assert_eq!(c[&pf].scaling(), Scaling::NeverScheduled);
-        assert_eq!(c[&pf].estimate(), None);
+        let e = c[&pf].since(&Count::ZERO);
+        assert_eq!((e.scaling(), e.value, e.counted()), (Scaling::NeverRan, 0, None));
         mock.push_read(&[3, 1_000, 1_001, 4, leader.id(), 5, pf.id(), 6, cs.id()]);
         let c = g.read().unwrap();
-        assert_eq!(c[&cs].scaling(), Scaling::RunningExceedsEnabled);
-        assert_eq!(c[&cs].estimate(), Some(6));
+        let e = c[&cs].since(&Count::ZERO);
+        assert_eq!((e.scaling(), e.value), (Scaling::RunningExceedsEnabled, 6));
     }
 
     #[test]

@@ -125,6 +125,17 @@ pub trait Sys: Send + Sync + fmt::Debug {
     /// `read(2)` into `buf`, returning the number of bytes read.
     fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno>;
 
+    /// `read(2)` into the bytes of `words` (counter values are native-endian
+    /// u64s), returning the number of bytes read.
+    fn read_words(&self, fd: BorrowedFd<'_>, words: &mut [u64]) -> Result<usize, Errno> {
+        let len = std::mem::size_of_val(words);
+        // SAFETY: the bytes of a `[u64]` are valid `u8`s, and every bit
+        // pattern the read leaves in them is a valid u64; the byte view lives
+        // only for the call, while `words` is borrowed mutably.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), len) };
+        self.read(fd, bytes)
+    }
+
     /// `mmap(2)` of the first `len` bytes of a perf event descriptor, shared
     /// and read-only (the metadata page first). Tests return
     /// [`Mapping::from_image`](crate::mmap::Mapping::from_image) to hand in
@@ -294,6 +305,12 @@ impl Sys for Kernel {
     }
 }
 
+/// The kernel thread id of the caller.
+pub fn gettid() -> i32 {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as i32 }
+}
+
 /// `clock_gettime(2)` of `clock` (`libc::CLOCK_*`) in nanoseconds. The
 /// TSC-based clocks go through the vDSO; the CPU-time clocks are syscalls.
 pub fn clock_gettime(clock: libc::clockid_t) -> Result<u64, Errno> {
@@ -323,43 +340,60 @@ pub fn default_sigpipe() {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
 }
 
-/// A scripted kernel for unit tests: opens hand out the write end of a
-/// pipe (so a test can see the descriptor close), reads return queued
-/// buffers, maps return test pages and heap rings, and failures are
-/// injected per call.
-#[cfg(test)]
-pub(crate) mod mock {
-    use std::collections::VecDeque;
+/// A model of the kernel's perf interface for papirus' tests: events with
+/// values the test sets per `(type, config)`, enabled and running times per
+/// group, a PMU with a limited number of hardware counters, mmap pages the
+/// test writes, sample rings in heap memory; reads may also be scripted
+/// buffer by buffer, and failures injected per call. Descriptors are the
+/// write ends of pipes, so a test sees them close.
+#[cfg(any(test, feature = "testing"))]
+pub mod mock {
+    use std::alloc::{Layout, alloc_zeroed, dealloc};
+    use std::collections::{HashMap, VecDeque};
     use std::io::PipeReader;
+    use std::mem::offset_of;
     use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+    use std::ptr::NonNull;
     use std::sync::{Arc, Mutex, MutexGuard};
 
-    use std::alloc::{Layout, alloc_zeroed, dealloc};
-    use std::mem::offset_of;
-    use std::ptr::NonNull;
-
-    use super::pe::bindings::perf_event_mmap_page;
+    use super::pe::bindings::{self as b, perf_event_mmap_page};
     use super::{Errno, Ioctl, Sys, perf_event_attr};
     use crate::mmap::{Mapping, PageImage, page_size};
 
-    /// What one `perf_event_open` call asked for.
+    /// What one successful `perf_event_open` asked for.
     #[derive(Clone, Debug, PartialEq, Eq)]
-    pub(crate) struct Opened {
+    pub struct OpenCall {
+        /// The kernel id given to the event.
+        pub id: u64,
+        /// `type`
         pub type_: u32,
+        /// `config`
         pub config: u64,
+        /// `read_format`
         pub read_format: u64,
+        /// The target pid.
         pub pid: i32,
+        /// The target CPU.
         pub cpu: i32,
-        /// The id of the group leader's descriptor, if in a group.
+        /// The id of the group leader, if in a group.
         pub group: Option<u64>,
+        /// The open flags.
         pub flags: u64,
+        /// `disabled`
         pub disabled: bool,
+        /// `exclude_user`
         pub exclude_user: bool,
+        /// `exclude_kernel`
         pub exclude_kernel: bool,
+        /// `exclude_hv`
         pub exclude_hv: bool,
+        /// `inherit`
         pub inherit: bool,
+        /// `pinned`
+        pub pinned: bool,
         /// `sample_period` (0 for a counting event).
         pub sample_period: u64,
+        /// `sample_type`
         pub sample_type: u64,
     }
 
@@ -367,13 +401,19 @@ pub(crate) mod mock {
     #[derive(Debug)]
     struct Fd {
         raw: i32,
-        id: u64,
+        call: OpenCall,
         /// The read end of the pipe, until a test takes it.
         reader: Option<PipeReader>,
         /// A second read end, to see the descriptor close.
         probe: PipeReader,
         /// The page `mmap` hands out for this descriptor.
         page: Option<Arc<PageImage>>,
+    }
+
+    impl Fd {
+        fn live(&self) -> bool {
+            !hung_up(self.probe.as_fd())
+        }
     }
 
     /// Makes the page of each opened event.
@@ -388,71 +428,159 @@ pub(crate) mod mock {
     #[derive(Debug, Default)]
     struct State {
         open_errors: VecDeque<(Errno, Option<u32>)>,
+        /// Opens of events with this config fail with this errno.
+        fail_config: Option<(u64, Errno)>,
+        /// Opens that count the kernel fail with EACCES (paranoid 2).
+        refuse_kernel: bool,
         id_errors: VecDeque<Errno>,
         ioctl_errors: VecDeque<Errno>,
         reads: VecDeque<Vec<u8>>,
-        /// What reads return once `reads` is empty (else EAGAIN).
+        /// What reads return once `reads` is empty (else the model's values).
         steady_read: Option<Vec<u8>>,
         read_calls: usize,
+        /// Hardware counters of the PMU (`None`: unlimited).
+        counters: Option<usize>,
+        values: HashMap<(u32, u64), u64>,
+        /// (enabled, running) per group leader id.
+        times: HashMap<u64, (u64, u64)>,
         pages: Option<Pages>,
         /// (address, length) of each live ring `mmap_ring` handed out.
         rings: Vec<(usize, usize)>,
         rings_unmapped: usize,
-        opened: Vec<Opened>,
         fds: Vec<Fd>,
         ioctls: Vec<Ioctl>,
     }
 
-    /// The scripted kernel.
+    impl State {
+        fn fd(&self, fd: BorrowedFd<'_>) -> Result<&Fd, Errno> {
+            let raw = fd.as_raw_fd();
+            self.fds.iter().rev().find(|f| f.raw == raw && f.live()).ok_or(Errno(libc::EBADF))
+        }
+
+        /// The model's answer to a read of event `id`: its value with its
+        /// group's times, or the whole group for a group read of its leader.
+        fn model_read(&self, call: &OpenCall) -> Vec<u64> {
+            let leader = call.group.unwrap_or(call.id);
+            let members: Vec<&OpenCall> = self
+                .fds
+                .iter()
+                .filter(|f| f.live() && (f.call.id == leader || f.call.group == Some(leader)))
+                .map(|f| &f.call)
+                .collect();
+            let hardware = members.iter().filter(|c| is_hardware(c.type_)).count();
+            let (enabled, mut running) = self.times.get(&leader).copied().unwrap_or((0, 0));
+            if self.counters.is_some_and(|n| hardware > n) {
+                if members.first().is_some_and(|l| l.pinned) {
+                    // A pinned group that cannot be scheduled is in error state: EOF.
+                    return vec![];
+                }
+                running = 0;
+            }
+            let value = |c: &OpenCall| self.values.get(&(c.type_, c.config)).copied().unwrap_or(0);
+            if call.read_format & u64::from(b::PERF_FORMAT_GROUP) != 0 {
+                let mut w = vec![members.len() as u64, enabled, running];
+                for m in &members {
+                    w.extend([value(m), m.id]);
+                }
+                w
+            } else {
+                vec![value(call), enabled, running, call.id]
+            }
+        }
+    }
+
+    fn is_hardware(type_: u32) -> bool {
+        type_ == b::PERF_TYPE_HARDWARE || type_ == b::PERF_TYPE_HW_CACHE || type_ == b::PERF_TYPE_RAW
+    }
+
+    /// The model kernel.
     #[derive(Debug, Default)]
-    pub(crate) struct MockSys(Mutex<State>);
+    pub struct MockSys(Mutex<State>);
 
     impl MockSys {
-        pub(crate) fn new() -> Arc<MockSys> {
+        /// A kernel with nothing scripted: opens succeed, values and times
+        /// are 0, and the PMU has as many counters as asked for.
+        pub fn new() -> Arc<MockSys> {
             Arc::new(MockSys::default())
+        }
+        /// A kernel whose PMU has `counters` hardware counters.
+        pub fn with_counters(counters: usize) -> Arc<MockSys> {
+            let k = MockSys::new();
+            k.state().counters = Some(counters);
+            k
         }
         fn state(&self) -> MutexGuard<'_, State> {
             self.0.lock().unwrap_or_else(|e| e.into_inner())
         }
         /// The next open fails with `errno`.
-        pub(crate) fn fail_open(&self, errno: Errno) {
+        pub fn fail_open(&self, errno: Errno) {
             self.state().open_errors.push_back((errno, None));
         }
         /// The next open fails with E2BIG, writing `size` into the attr.
-        pub(crate) fn fail_open_e2big(&self, size: u32) {
+        pub fn fail_open_e2big(&self, size: u32) {
             self.state().open_errors.push_back((Errno(libc::E2BIG), Some(size)));
         }
+        /// Opens of events with `config` fail with `errno` (0: no longer).
+        pub fn fail_open_config(&self, config: u64, errno: i32) {
+            self.state().fail_config = (errno != 0).then_some((config, Errno(errno)));
+        }
+        /// Opens that count the kernel fail with EACCES, as at
+        /// `perf_event_paranoid` 2 without CAP_PERFMON.
+        pub fn refuse_kernel_domain(&self, on: bool) {
+            self.state().refuse_kernel = on;
+        }
         /// The next `PERF_EVENT_IOC_ID` fails.
-        pub(crate) fn fail_event_id(&self, errno: Errno) {
+        pub fn fail_event_id(&self, errno: Errno) {
             self.state().id_errors.push_back(errno);
         }
         /// The next other ioctl fails.
-        pub(crate) fn fail_ioctl(&self, errno: Errno) {
+        pub fn fail_ioctl(&self, errno: Errno) {
             self.state().ioctl_errors.push_back(errno);
         }
-        /// Queues a read result made of u64 words.
-        pub(crate) fn push_read(&self, words: &[u64]) {
+        /// Every event whose `(type, config)` matches reads `v` from now on.
+        pub fn set_value(&self, type_: u32, config: u64, v: u64) {
+            self.state().values.insert((type_, config), v);
+        }
+        /// The group led by the `nth` live leader (in order of opening)
+        /// reports these times.
+        pub fn set_times_nth_group(&self, nth: usize, enabled: u64, running: u64) {
+            let mut st = self.state();
+            let id = st.fds.iter().filter(|f| f.live() && f.call.group.is_none()).nth(nth).map(|f| f.call.id);
+            let id = id.expect("no such group");
+            st.times.insert(id, (enabled, running));
+        }
+        /// Every group reports these times.
+        pub fn set_times(&self, enabled: u64, running: u64) {
+            let mut st = self.state();
+            let leaders: Vec<u64> =
+                st.fds.iter().filter(|f| f.call.group.is_none()).map(|f| f.call.id).collect();
+            for id in leaders {
+                st.times.insert(id, (enabled, running));
+            }
+        }
+        /// Queues a read result made of u64 words (before the model's).
+        pub fn push_read(&self, words: &[u64]) {
             self.push_bytes(words.iter().flat_map(|w| w.to_ne_bytes()).collect());
         }
         /// Queues a read result of raw bytes.
-        pub(crate) fn push_bytes(&self, bytes: Vec<u8>) {
+        pub fn push_bytes(&self, bytes: Vec<u8>) {
             self.state().reads.push_back(bytes);
         }
         /// Every read after the queued ones returns these u64 words.
-        pub(crate) fn steady_read(&self, words: &[u64]) {
+        pub fn steady_read(&self, words: &[u64]) {
             self.state().steady_read = Some(words.iter().flat_map(|w| w.to_ne_bytes()).collect());
         }
         /// read(2) calls so far.
-        pub(crate) fn read_calls(&self) -> usize {
+        pub fn read_calls(&self) -> usize {
             self.state().read_calls
         }
         /// Each later open gets a page from `make`, which `mmap` hands out
         /// (without, `mmap` fails with ENODEV as the trait's default).
-        pub(crate) fn map_pages(&self, make: impl Fn() -> Arc<PageImage> + Send + 'static) {
+        pub fn map_pages(&self, make: impl Fn() -> Arc<PageImage> + Send + 'static) {
             self.state().pages = Some(Pages(Box::new(make)));
         }
         /// A kernel whose every open maps this one page.
-        pub(crate) fn with_page(image: &Arc<PageImage>) -> Arc<MockSys> {
+        pub fn with_page(image: &Arc<PageImage>) -> Arc<MockSys> {
             let k = MockSys::new();
             let image = image.clone();
             k.map_pages(move || image.clone());
@@ -460,40 +588,46 @@ pub(crate) mod mock {
         }
         /// (address, length) of the newest live ring; the test writes into
         /// it as the kernel would.
-        pub(crate) fn last_ring(&self) -> (*mut u8, usize) {
+        pub fn last_ring(&self) -> (*mut u8, usize) {
             let (addr, len) = *self.state().rings.last().expect("no ring mapped");
             (addr as *mut u8, len)
         }
         /// Rings mapped and not yet unmapped.
-        pub(crate) fn live_rings(&self) -> usize {
+        pub fn live_rings(&self) -> usize {
             self.state().rings.len()
         }
         /// Rings unmapped so far.
-        pub(crate) fn rings_unmapped(&self) -> usize {
+        pub fn rings_unmapped(&self) -> usize {
             self.state().rings_unmapped
         }
         /// The page of the `n`-th successful open.
-        pub(crate) fn page(&self, n: usize) -> Arc<PageImage> {
+        pub fn page(&self, n: usize) -> Arc<PageImage> {
             self.state().fds[n].page.clone().expect("no page for this open")
         }
-        pub(crate) fn opened(&self) -> Vec<Opened> {
-            self.state().opened.clone()
+        /// Every successful open so far, closed ones included.
+        pub fn opened(&self) -> Vec<OpenCall> {
+            self.state().fds.iter().map(|f| f.call.clone()).collect()
         }
-        pub(crate) fn ioctls(&self) -> Vec<Ioctl> {
+        /// The events open now.
+        pub fn open_events(&self) -> Vec<OpenCall> {
+            self.state().fds.iter().filter(|f| f.live()).map(|f| f.call.clone()).collect()
+        }
+        /// Every ioctl so far (IOC_ID aside).
+        pub fn ioctls(&self) -> Vec<Ioctl> {
             self.state().ioctls.clone()
         }
         /// The kernel id given to the `n`-th successful open.
-        pub(crate) fn id_of(&self, n: usize) -> u64 {
-            self.state().fds[n].id
+        pub fn id_of(&self, n: usize) -> u64 {
+            self.state().fds[n].call.id
         }
         /// The read end of the pipe behind the `n`-th successful open.
-        pub(crate) fn take_reader(&self, n: usize) -> PipeReader {
+        pub fn take_reader(&self, n: usize) -> PipeReader {
             let mut st = self.state();
             st.fds[n].reader.take().expect("reader already taken")
         }
-        /// How many descriptors handed out are still open (their pipe has a writer).
-        pub(crate) fn live_fds(&self) -> usize {
-            self.state().fds.iter().filter(|f| !hung_up(f.probe.as_fd())).count()
+        /// How many descriptors handed out are still open.
+        pub fn live_fds(&self) -> usize {
+            self.state().fds.iter().filter(|f| f.live()).count()
         }
     }
 
@@ -515,11 +649,32 @@ pub(crate) mod mock {
             flags: u64,
         ) -> Result<OwnedFd, Errno> {
             let mut st = self.state();
-            let group = group_fd.map(|g| {
-                let raw = g.as_raw_fd();
-                st.fds.iter().rev().find(|f| f.raw == raw).map_or(u64::MAX, |f| f.id)
-            });
-            st.opened.push(Opened {
+            if let Some((errno, size)) = st.open_errors.pop_front() {
+                if let Some(size) = size {
+                    attr.size = size;
+                }
+                return Err(errno);
+            }
+            if let Some((config, errno)) = st.fail_config
+                && config == attr.config
+            {
+                return Err(errno);
+            }
+            if st.refuse_kernel && attr.exclude_kernel() == 0 {
+                return Err(Errno(libc::EACCES));
+            }
+            let group = match group_fd {
+                Some(g) => Some(st.fd(g)?.call.id),
+                None => None,
+            };
+            let (reader, writer) = std::io::pipe().map_err(|_| Errno(libc::EMFILE))?;
+            let probe = reader.try_clone().map_err(|_| Errno(libc::EMFILE))?;
+            let fd = OwnedFd::from(writer);
+            // Ids neither start at 0 nor follow the open order's position.
+            let n = st.fds.len() as u64;
+            let id = 1000 + 37 * (n % 3) + 100 * n;
+            let call = OpenCall {
+                id,
                 type_: attr.type_,
                 config: attr.config,
                 read_format: attr.read_format,
@@ -532,28 +687,19 @@ pub(crate) mod mock {
                 exclude_kernel: attr.exclude_kernel() != 0,
                 exclude_hv: attr.exclude_hv() != 0,
                 inherit: attr.inherit() != 0,
-                // SAFETY: both union members are a u64; freq is 0 in these tests.
+                pinned: attr.pinned() != 0,
+                // SAFETY: both union members are a u64; either reads the same word.
                 sample_period: unsafe { attr.__bindgen_anon_1.sample_period },
                 sample_type: attr.sample_type,
-            });
-            if let Some((errno, size)) = st.open_errors.pop_front() {
-                if let Some(size) = size {
-                    attr.size = size;
-                }
-                return Err(errno);
-            }
-            let (reader, writer) = std::io::pipe().map_err(|_| Errno(libc::EMFILE))?;
-            let probe = reader.try_clone().map_err(|_| Errno(libc::EMFILE))?;
-            let fd = OwnedFd::from(writer);
-            // Ids neither start at 0 nor follow the open order's position.
-            let id = 1000 + 37 * (st.fds.len() as u64 % 3) + 100 * st.fds.len() as u64;
+            };
             let page = st.pages.as_ref().map(|p| (p.0)());
-            st.fds.push(Fd { raw: fd.as_raw_fd(), id, reader: Some(reader), probe, page });
+            st.fds.push(Fd { raw: fd.as_raw_fd(), call, reader: Some(reader), probe, page });
             Ok(fd)
         }
 
-        fn ioctl(&self, _fd: BorrowedFd<'_>, op: Ioctl) -> Result<(), Errno> {
+        fn ioctl(&self, fd: BorrowedFd<'_>, op: Ioctl) -> Result<(), Errno> {
             let mut st = self.state();
+            st.fd(fd)?;
             st.ioctls.push(op);
             st.ioctl_errors.pop_front().map_or(Ok(()), Err)
         }
@@ -563,14 +709,19 @@ pub(crate) mod mock {
             if let Some(e) = st.id_errors.pop_front() {
                 return Err(e);
             }
-            let raw = fd.as_raw_fd();
-            st.fds.iter().rev().find(|f| f.raw == raw).map(|f| f.id).ok_or(Errno(libc::EBADF))
+            st.fd(fd).map(|f| f.call.id)
         }
 
-        fn read(&self, _fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
+        fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> Result<usize, Errno> {
             let mut st = self.state();
             st.read_calls += 1;
-            let data = st.reads.pop_front().or_else(|| st.steady_read.clone()).ok_or(Errno(libc::EAGAIN))?;
+            let data = match st.reads.pop_front().or_else(|| st.steady_read.clone()) {
+                Some(d) => d,
+                None => {
+                    let call = st.fd(fd)?.call.clone();
+                    st.model_read(&call).iter().flat_map(|w| w.to_ne_bytes()).collect()
+                }
+            };
             let n = data.len().min(buf.len());
             buf[..n].copy_from_slice(&data[..n]);
             Ok(n)
@@ -578,9 +729,7 @@ pub(crate) mod mock {
 
         fn mmap(&self, fd: BorrowedFd<'_>, _len: usize) -> Result<Mapping, Errno> {
             let st = self.state();
-            let raw = fd.as_raw_fd();
-            let open = st.fds.iter().rev().find(|f| f.raw == raw).ok_or(Errno(libc::EBADF))?;
-            open.page.clone().map(Mapping::from_image).ok_or(Errno(libc::ENODEV))
+            st.fd(fd)?.page.clone().map(Mapping::from_image).ok_or(Errno(libc::ENODEV))
         }
 
         /// Heap memory stands in for the ring, its control page filled as

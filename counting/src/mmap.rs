@@ -19,10 +19,12 @@
 //! the event counts the calling thread and the page allows it.
 #![allow(unsafe_code)]
 
+#[cfg(any(test, feature = "testing"))]
 use std::cell::UnsafeCell;
 use std::mem::offset_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
+#[cfg(any(test, feature = "testing"))]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU16, AtomicU32, AtomicU64, Ordering, fence};
 
@@ -82,6 +84,7 @@ impl Caps {
     /// Decodes the `capabilities` word. Pages too old to set
     /// `cap_bit0_is_deprecated` are read as offering nothing, as the header
     /// tells readers to do.
+    #[inline]
     pub fn from_bits(bits: u64) -> Self {
         if bits & CAP_BIT0_IS_DEPRECATED == 0 {
             return Caps::default();
@@ -223,6 +226,7 @@ enum Backing {
     /// A live `mmap(2)` of `len` bytes, unmapped on drop.
     Kernel { len: usize },
     /// A test image, kept alive by this handle.
+    #[cfg(any(test, feature = "testing"))]
     Image { _image: Arc<PageImage> },
 }
 
@@ -242,6 +246,7 @@ unsafe impl Sync for Mapping {}
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Mapping>();
+    #[cfg(any(test, feature = "testing"))]
     send_sync::<PageImage>();
 };
 
@@ -249,6 +254,7 @@ impl std::fmt::Debug for Mapping {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let kind = match self.backing {
             Backing::Kernel { len } => format!("mmap({len})"),
+            #[cfg(any(test, feature = "testing"))]
             Backing::Image { .. } => "image".to_string(),
         };
         f.debug_struct("Mapping").field("base", &self.base).field("backing", &kind).finish()
@@ -257,11 +263,15 @@ impl std::fmt::Debug for Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if let Backing::Kernel { len } = self.backing {
+        match self.backing {
             // SAFETY: `base`/`len` are exactly what mmap returned, and no
             // reference into the mapping outlives `self`. munmap only fails
             // for bad arguments, which these are not; nothing to report.
-            unsafe { libc::munmap(self.base.as_ptr().cast(), len) };
+            Backing::Kernel { len } => unsafe {
+                libc::munmap(self.base.as_ptr().cast(), len);
+            },
+            #[cfg(any(test, feature = "testing"))]
+            Backing::Image { .. } => {}
         }
     }
 }
@@ -293,6 +303,7 @@ impl Mapping {
     }
 
     /// A mapping of a test image (what a test's `Sys::mmap` returns).
+    #[cfg(any(test, feature = "testing"))]
     pub fn from_image(image: Arc<PageImage>) -> Mapping {
         let base = NonNull::from(&image.words).cast::<u8>();
         Mapping { base, backing: Backing::Image { _image: image } }
@@ -419,26 +430,31 @@ impl Mapping {
 /// test's `Sys::mmap` returns `Mapping::from_image`, and the test plays the
 /// kernel with the setters. Stores are atomic, so a test may write from
 /// another thread while a reader runs.
+#[cfg(any(test, feature = "testing"))]
 #[repr(C, align(4096))]
 pub struct PageImage {
     words: UnsafeCell<[u64; 512]>,
 }
 
 // SAFETY: every access to `words` is an atomic load or store (see `Mapping`).
+#[cfg(any(test, feature = "testing"))]
 unsafe impl Sync for PageImage {}
 
+#[cfg(any(test, feature = "testing"))]
 impl std::fmt::Debug for PageImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PageImage").finish_non_exhaustive()
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl Default for PageImage {
     fn default() -> Self {
         PageImage { words: UnsafeCell::new([0; 512]) }
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 impl PageImage {
     /// A zeroed page with `cap_bit0_is_deprecated` set, as a kernel with no
     /// user-space capabilities presents it.

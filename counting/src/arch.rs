@@ -60,6 +60,31 @@ pub fn lfence() {
     unsafe { asm!("lfence", options(nostack, preserves_flags)) };
 }
 
+/// `a × b / c` exactly (the 128-bit product divided by `c`), saturating at
+/// `u64::MAX`; 0 when `c` is 0. One `mul` and one `div`: the estimator runs
+/// in the probe runtime's hooks, where a call to the compiler's 128-bit
+/// division routine would go through the GOT.
+#[inline(always)]
+pub fn mul_div(a: u64, b: u64, c: u64) -> u64 {
+    if c == 0 {
+        return 0;
+    }
+    let p = u128::from(a) * u128::from(b);
+    let (hi, lo) = ((p >> 64) as u64, p as u64);
+    if hi >= c {
+        // The quotient does not fit 64 bits (and `div` would fault).
+        return u64::MAX;
+    }
+    let q: u64;
+    // SAFETY: `div` divides rdx:rax by a non-zero divisor larger than rdx,
+    // so the quotient fits rax and the instruction cannot fault; it touches
+    // registers only.
+    unsafe {
+        asm!("div {c}", c = in(reg) c, inout("rax") lo => q, inout("rdx") hi => _, options(pure, nomem, nostack));
+    }
+    q
+}
+
 /// The four registers one `cpuid` leaf returns.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Cpuid {
@@ -181,6 +206,16 @@ mod tests {
             assert!(a >= last && b >= a, "TSC went backwards: {last} {a} {b}");
             last = b;
         }
+    }
+
+    #[test]
+    fn mul_div_is_exact_and_saturates() {
+        assert_eq!(mul_div(1000, 400, 100), 4000);
+        assert_eq!(mul_div(1 << 62, 1 << 62, 1 << 61), 1 << 63);
+        assert_eq!(mul_div(u64::MAX, u64::MAX, u64::MAX), u64::MAX);
+        assert_eq!(mul_div(u64::MAX, 3, 2), u64::MAX, "quotient beyond 64 bits");
+        assert_eq!(mul_div(7, 3, 0), 0);
+        assert_eq!(mul_div(u64::MAX - 1, u64::MAX, u64::MAX), u64::MAX - 1);
     }
 
     #[test]

@@ -5,12 +5,12 @@
 use std::ffi::CString;
 
 use perf_event_open_sys::bindings as b;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::sys::perf_event_attr;
 
 /// Privilege domains an event counts in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Domain {
     /// Count while the CPU runs user code.
     pub user: bool,
@@ -69,7 +69,7 @@ impl Domain {
 }
 
 /// The PMU-independent kind of an event, used for messages and defaults.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Kind {
     /// `PERF_TYPE_HARDWARE` and `PERF_TYPE_HW_CACHE`, raw and core-PMU events.
@@ -88,7 +88,10 @@ pub enum Kind {
 /// domain user only (see [`EventAttr::default_domain`] for the PMUs where
 /// that cannot work), no inherit, not pinned, not exclusive, not enabled
 /// by an exec.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Serialisable: the probe tool resolves names to descriptions and ships
+/// them to the runtime in its target, which has no name parser.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EventAttr {
     name: String,
     kind: Kind,
@@ -126,6 +129,11 @@ impl EventAttr {
         }
     }
 
+    /// Renames the event (the name used in errors and reports).
+    pub fn name_as(&mut self, name: impl Into<String>) -> &mut Self {
+        self.name = name.into();
+        self
+    }
     /// Sets `config1` (also `bp_addr` for breakpoints).
     pub fn config1(&mut self, v: u64) -> &mut Self {
         self.config1 = v;
@@ -194,9 +202,17 @@ impl EventAttr {
     pub fn kind(&self) -> Kind {
         self.kind
     }
-    /// The PMU type number.
-    pub fn type_(&self) -> u32 {
+    /// The PMU type number (`perf_event_attr.type`).
+    pub fn pmu_type(&self) -> u32 {
         self.type_
+    }
+    /// Whether this is task-clock or cpu-clock: a software event that grows
+    /// with the thread's (or CPU's) running time, so it can be read like the
+    /// thread's CPU time.
+    pub fn is_clock(&self) -> bool {
+        self.type_ == b::PERF_TYPE_SOFTWARE
+            && (self.config == u64::from(b::PERF_COUNT_SW_TASK_CLOCK)
+                || self.config == u64::from(b::PERF_COUNT_SW_CPU_CLOCK))
     }
     /// `config`.
     pub fn config_value(&self) -> u64 {
@@ -219,7 +235,7 @@ impl EventAttr {
         self.domain
     }
     /// Whether children are counted.
-    pub fn inherit_value(&self) -> bool {
+    pub fn is_inherited(&self) -> bool {
         self.inherit
     }
     /// The uprobe path, if this is a uprobe.

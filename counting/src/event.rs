@@ -1,5 +1,5 @@
-//! Open perf events: what an event counts on ([`Target`]), one open event
-//! ([`Counter`]) and the values read from it ([`Count`], [`Scaling`]).
+//! Open perf events: what an event counts on ([`Target`]) and one open
+//! event ([`Counter`]), read as a [`Count`].
 //!
 //! Every descriptor is an [`OwnedFd`] closed on drop, so an error anywhere
 //! after `perf_event_open(2)` leaks nothing. All kernel calls go through the
@@ -12,8 +12,8 @@ use std::sync::Arc;
 use perf_event_open_sys::bindings as b;
 
 use crate::attr::{EventAttr, Kind};
+pub use crate::count::Count;
 use crate::error::{Error, Op, Result};
-use crate::sample::Sampling;
 use crate::sys::{self, Errno, Ioctl, Sys};
 
 /// What an event counts on: a task, a CPU, or a task while on one CPU.
@@ -57,68 +57,6 @@ impl Target {
     }
 }
 
-/// How a value relates to the true count, from its enabled and running
-/// times (the kernel multiplexes events when there are more than counters).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Scaling {
-    /// The event ran the whole time it was enabled (or was never enabled):
-    /// the raw value is the count.
-    Exact,
-    /// The event ran for part of the time it was enabled; the estimate is
-    /// the raw value times `factor` (enabled / running, > 1).
-    Scaled {
-        /// `time_enabled / time_running`.
-        factor: f64,
-    },
-    /// Enabled but never put on a counter (`time_running = 0`): no estimate
-    /// is possible; the raw value is 0.
-    NeverScheduled,
-    /// `time_running > time_enabled`, which the kernel does report at times
-    /// (clock skew between the two updates): treated as exact.
-    RunningExceedsEnabled,
-}
-
-/// One value read from an event, with the times the kernel reported.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Count {
-    /// The counter value as the kernel returned it.
-    pub raw: u64,
-    /// Nanoseconds the event was enabled.
-    pub time_enabled: u64,
-    /// Nanoseconds the event was actually counting on the PMU.
-    pub time_running: u64,
-}
-
-impl Count {
-    /// How the raw value relates to the true count.
-    pub fn scaling(&self) -> Scaling {
-        let (enabled, running) = (self.time_enabled, self.time_running);
-        if running == enabled {
-            Scaling::Exact
-        } else if running == 0 {
-            Scaling::NeverScheduled
-        } else if running > enabled {
-            Scaling::RunningExceedsEnabled
-        } else {
-            Scaling::Scaled { factor: enabled as f64 / running as f64 }
-        }
-    }
-
-    /// The multiplex-scaled estimate `raw × enabled / running`, saturating at
-    /// `u64::MAX`; `None` when the event never ran, so nothing can be
-    /// extrapolated.
-    pub fn estimate(&self) -> Option<u64> {
-        match self.scaling() {
-            Scaling::Exact | Scaling::RunningExceedsEnabled => Some(self.raw),
-            Scaling::NeverScheduled => None,
-            Scaling::Scaled { .. } => {
-                let v = u128::from(self.raw) * u128::from(self.time_enabled) / u128::from(self.time_running);
-                Some(u64::try_from(v).unwrap_or(u64::MAX))
-            }
-        }
-    }
-}
-
 /// Reads the `i`-th native-endian u64 of a kernel read buffer (the caller
 /// checked the length).
 pub(crate) fn word(buf: &[u8], i: usize) -> u64 {
@@ -132,6 +70,16 @@ const COUNTER_FORMAT: u64 =
     (b::PERF_FORMAT_TOTAL_TIME_ENABLED | b::PERF_FORMAT_TOTAL_TIME_RUNNING | b::PERF_FORMAT_ID) as u64;
 const COUNTER_BYTES: usize = 32;
 
+/// What a sampling event adds to its attr when it is opened: the sampling
+/// layer above (papirus-substrate's `sample::Sampling`) implements it.
+pub trait SamplingAttr: std::fmt::Debug {
+    /// Refuses a configuration the kernel would reject or papirus cannot
+    /// parse, naming `event`.
+    fn validate(&self, event: &str) -> Result<()>;
+    /// Writes the sampling fields into `attr`.
+    fn apply(&self, attr: &mut sys::perf_event_attr);
+}
+
 /// Opens `attr` on `target` with `read_format`, in `group` if given,
 /// sampling as `sampling` says if given, and asks the kernel for the
 /// event's id. Every failure is classified.
@@ -141,7 +89,7 @@ pub(crate) fn open_fd(
     target: Target,
     group: Option<BorrowedFd<'_>>,
     read_format: u64,
-    sampling: Option<&Sampling>,
+    sampling: Option<&dyn SamplingAttr>,
 ) -> Result<(OwnedFd, u64)> {
     let mut raw = attr.to_raw();
     if let Some(s) = sampling {
@@ -315,41 +263,6 @@ mod tests {
     }
 
     #[test]
-    fn exact_when_running_equals_enabled() {
-        let c = count(1000, 500, 500);
-        assert_eq!(c.scaling(), Scaling::Exact);
-        assert_eq!(c.estimate(), Some(1000));
-        // Never enabled: nothing ran, nothing to extrapolate.
-        assert_eq!(count(0, 0, 0).scaling(), Scaling::Exact);
-    }
-
-    #[test]
-    fn multiplexed_value_is_scaled_by_enabled_over_running() {
-        let c = count(1000, 400, 100);
-        assert_eq!(c.scaling(), Scaling::Scaled { factor: 4.0 });
-        assert_eq!(c.estimate(), Some(4000));
-        // The product overflows u64; the estimate must not.
-        let big = count(1 << 62, 1 << 62, 1 << 61);
-        assert_eq!(big.estimate(), Some(1 << 63));
-        let huge = count(u64::MAX, u64::MAX, 1);
-        assert_eq!(huge.estimate(), Some(u64::MAX));
-    }
-
-    #[test]
-    fn never_scheduled_has_no_estimate() {
-        let c = count(0, 1_000_000, 0);
-        assert_eq!(c.scaling(), Scaling::NeverScheduled);
-        assert_eq!(c.estimate(), None);
-    }
-
-    #[test]
-    fn running_beyond_enabled_is_treated_as_exact() {
-        let c = count(77, 100, 101);
-        assert_eq!(c.scaling(), Scaling::RunningExceedsEnabled);
-        assert_eq!(c.estimate(), Some(77));
-    }
-
-    #[test]
     fn default_domains_follow_what_each_pmu_can_count() {
         use crate::Domain;
         assert_eq!(Domain::default_for(Kind::Software, "software", 1), Domain::USER, "task-clock");
@@ -400,7 +313,7 @@ mod tests {
         mock.push_read(&[5, 10, 8, c.id()]);
         let v = c.read().unwrap();
         assert_eq!(v, count(5, 10, 8));
-        assert_eq!(v.estimate(), Some(6));
+        assert_eq!(v.since(&Count::ZERO).value, 6);
 
         mock.push_read(&[5, 10, 8, c.id() + 1]);
         assert!(matches!(c.read(), Err(Error::KernelData { .. })), "a foreign id is kernel data we reject");
