@@ -8,11 +8,6 @@
 //! the measurement of that process ends there; the hold passes from patching
 //! to following without a detach, so no exec goes unseen); every signal that
 //! stops it is passed on at once.
-//!
-//! # Safety
-//!
-//! One raw `ptrace(PTRACE_LISTEN)` (nix has no wrapper) on our own tracee.
-#![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -192,8 +187,7 @@ fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
             }
             // A group stop (SIGSTOP and friends) under PTRACE_SEIZE: stay stopped until SIGCONT.
             WaitStatus::PtraceEvent(..) if traced => {
-                // SAFETY: PTRACE_LISTEN on our own tracee in a group stop.
-                unsafe { libc::ptrace(libc::PTRACE_LISTEN, pid, 0, 0) };
+                let _ = crate::process::listen(pid);
             }
             WaitStatus::Stopped(_, sig) if traced => {
                 let _ = ptrace::cont(target, sig);
