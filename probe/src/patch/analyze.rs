@@ -72,6 +72,10 @@ pub enum Refusal {
     /// Another symbol at the same address is already instrumented.
     #[error("already instrumented (an alias at the same address, or patched earlier)")]
     AlreadyPatched,
+    /// Left out before patching: an IFUNC whose implementation cannot be
+    /// found or patched, or an entry other code jumps into.
+    #[error("{0}")]
+    NotSelected(String),
     /// The relocated code does not encode at the trampoline's address.
     #[error("cannot relocate the displaced instructions: {0}")]
     Relocation(String),
