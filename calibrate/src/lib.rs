@@ -5,7 +5,7 @@
 //!
 //! Rows live in a [`Registry`]; other crates add theirs with
 //! [`Registry::add`]; the `papirus-calibrate` tool (papirus-tools) runs them.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod builtin;
 pub mod costfile;

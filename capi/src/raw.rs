@@ -265,16 +265,6 @@ impl F {
         Ptr(self.0.cast())
     }
 
-    /// An `INTEGER*8` array.
-    pub fn longs(self) -> Array<i64> {
-        Array(self.0.cast())
-    }
-
-    /// An `INTEGER` array.
-    pub fn ints(self) -> Array<c_int> {
-        Array(self.0.cast())
-    }
-
     /// A `CHARACTER*(len)` input, blanks trimmed.
     pub fn text(self, len: usize) -> Option<String> {
         // SAFETY: a CHARACTER of `len` bytes by the constructor's contract.

@@ -86,7 +86,8 @@ pub enum Kind {
 
 /// A perf event description. Defaults: disabled at open (enable explicitly),
 /// domain user only (see [`EventAttr::default_domain`] for the PMUs where
-/// that cannot work), no inherit, not pinned, not exclusive.
+/// that cannot work), no inherit, not pinned, not exclusive, not enabled
+/// by an exec.
 ///
 /// Serialisable: the probe tool resolves names to descriptions and ships
 /// them to the runtime in its target, which has no name parser.
@@ -103,6 +104,7 @@ pub struct EventAttr {
     inherit: bool,
     pinned: bool,
     exclusive: bool,
+    enable_on_exec: bool,
     /// The string a uprobe's config1 points to, kept alive with the description.
     uprobe_path: Option<CString>,
 }
@@ -122,6 +124,7 @@ impl EventAttr {
             inherit: false,
             pinned: false,
             exclusive: false,
+            enable_on_exec: false,
             uprobe_path: None,
         }
     }
@@ -178,6 +181,13 @@ impl EventAttr {
         self.exclusive = on;
         self
     }
+    /// Enables the event when its task next calls `execve`, so a task opened
+    /// before its exec counts exactly the new program (as `perf stat` counts a
+    /// command it starts).
+    pub fn enable_on_exec(&mut self, on: bool) -> &mut Self {
+        self.enable_on_exec = on;
+        self
+    }
     /// Points config1 at a path for the uprobe PMU; the string lives with `self`.
     pub fn uprobe_path(&mut self, path: CString) -> &mut Self {
         self.uprobe_path = Some(path);
@@ -228,14 +238,6 @@ impl EventAttr {
     pub fn is_inherited(&self) -> bool {
         self.inherit
     }
-    /// Whether the event is pinned.
-    pub fn is_pinned(&self) -> bool {
-        self.pinned
-    }
-    /// Whether the event is exclusive.
-    pub fn is_exclusive(&self) -> bool {
-        self.exclusive
-    }
     /// The uprobe path, if this is a uprobe.
     pub fn uprobe_path_value(&self) -> Option<&CString> {
         self.uprobe_path.as_ref()
@@ -264,6 +266,7 @@ impl EventAttr {
         a.set_inherit(u64::from(self.inherit));
         a.set_pinned(u64::from(self.pinned));
         a.set_exclusive(u64::from(self.exclusive));
+        a.set_enable_on_exec(u64::from(self.enable_on_exec));
         a
     }
 }

@@ -17,7 +17,7 @@
 //!   [`TimeHistogram`] and [`Sampler`]: Paradyn's primitives.
 //!
 //! `benches/README.md` lists what each costs on the development VM.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod clocks;
 pub mod counters_api;

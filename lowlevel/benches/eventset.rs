@@ -165,7 +165,7 @@ fn median_ns(batches: u32, calls: u32, mut f: impl FnMut()) -> f64 {
 /// [`median_ns`] measures (testkit/targets/papi_read.c).
 fn papi_read(events: &[&str]) -> Result<f64, String> {
     papirus_testkit::debian_package("libpapi-dev", || std::path::Path::new("/usr/include/papi.h").exists())?;
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let dir = papirus_testkit::scratch();
     let exe = papirus_testkit::Cc::new(papirus_testkit::target("papi_read.c"))
         .arg("-lpapi")
         .try_build(dir.path(), "papi_read")?;

@@ -21,7 +21,7 @@
 //!   `data/presets.csv`; native events ([`native`]) use perf's syntax.
 //! * Timers: [`real_cyc`], [`real_nsec`], [`real_usec`], [`virt_cyc`],
 //!   [`virt_nsec`], [`virt_usec`].
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod avail;
 pub mod derived;

@@ -121,12 +121,6 @@ impl Library {
         Library::build(sys, machine, None, PresetTable::builtin().clone())
     }
 
-    /// Replaces the preset definitions (e.g. a user's own file parsed with
-    /// [`PresetTable::parse`]); returns a new library sharing nothing else.
-    pub fn with_presets(&self, presets: PresetTable) -> Library {
-        Library::build(self.0.sys.clone(), self.0.machine.clone(), self.0.hwinfo.clone(), presets)
-    }
-
     /// A new, empty event set owned by the calling thread.
     pub fn event_set(&self) -> EventSet {
         let id = self.0.next_set.fetch_add(1, Ordering::Relaxed);
@@ -214,13 +208,9 @@ thread_local! {
     };
 }
 
-/// The calling thread's id from `/proc/thread-self` (no unsafe gettid call
-/// needed; read once per thread).
+/// The calling thread's kernel id (read once per thread).
 fn read_tid() -> Tid {
-    std::fs::read_link("/proc/thread-self")
-        .ok()
-        .and_then(|p| p.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse().ok()))
-        .unwrap_or_else(|| std::process::id() as Tid)
+    papirus_substrate::signal::gettid() as Tid
 }
 
 /// The calling thread's kernel id, registering the thread on first use.

@@ -139,13 +139,6 @@ pub struct Cpu {
 }
 
 impl Cpu {
-    /// This machine's CPU, from `/proc/cpuinfo`; an `Other` vendor with
-    /// family and model 0 when it cannot be read.
-    pub fn detect() -> Cpu {
-        let text = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-        Cpu::from_cpuinfo(&text)
-    }
-
     /// Parses the first processor's block of `/proc/cpuinfo` text.
     pub fn from_cpuinfo(text: &str) -> Cpu {
         let field = |key: &str| {

@@ -119,12 +119,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let src = dir.path().join("many.c");
-    std::fs::write(&src, source()).expect("write source");
-    let exe = dir.path().join("many");
-    let ok =
-        Command::new("gcc").args(["-O2", "-pthread"]).arg(&src).arg("-o").arg(&exe).status().expect("gcc");
-    assert!(ok.success(), "gcc failed");
+    let exe = papirus_testkit::Cc::from_text(dir.path(), "many.c", &source())
+        .arg("-pthread")
+        .build(dir.path(), "many");
     let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().expect("start");
     let pid = child.id() as i32;
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));

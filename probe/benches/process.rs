@@ -26,12 +26,10 @@ int main(void) {
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
-    let src = dir.path().join("spin.c");
-    std::fs::write(&src, SPIN).expect("write source");
-    let exe = dir.path().join("spin");
-    let ok =
-        Command::new("gcc").args(["-O1", "-pthread"]).arg(&src).arg("-o").arg(&exe).status().expect("gcc");
-    assert!(ok.success(), "gcc failed");
+    let exe = papirus_testkit::Cc::from_text(dir.path(), "spin.c", SPIN)
+        .opt("-O1")
+        .arg("-pthread")
+        .build(dir.path(), "spin");
     let mut child = Command::new(&exe).stdin(Stdio::null()).spawn().expect("start spin");
     let pid = child.id() as i32;
     let task_ids = || -> Vec<i32> {

@@ -367,7 +367,7 @@ fn open_rings(
     attr: &EventAttr,
     sampling: &Sampling,
     tid: i32,
-    cpus: &[usize],
+    cpus: &[u32],
 ) -> Result<Vec<Ring>, papirus_substrate::Error> {
     cpus.iter()
         .map(|&cpu| {

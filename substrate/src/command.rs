@@ -11,13 +11,14 @@
 //!
 //! The `pre_exec` closure runs in the forked child, where only
 //! async-signal-safe calls are allowed: it makes two raw syscalls and
-//! allocates nothing. `ptrace`, `kill` and `waitpid` take plain integers
-//! and out-pointers valid for the call.
+//! allocates nothing. `ptrace`, `kill`, `waitpid` and `wait4` take plain
+//! integers and out-pointers valid for the call.
 #![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
+use std::time::Duration;
 
 /// Why a command could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +160,33 @@ impl StoppedCommand {
             if let Some(e) = self.wait_with(0)? {
                 return Ok(e);
             }
+        }
+    }
+
+    /// Waits for the resumed command to end and reaps it (`wait4`): how it
+    /// ended, and the user and system CPU time it and the children it
+    /// waited for used.
+    pub fn wait_usage(&mut self) -> std::io::Result<(Exit, Duration, Duration)> {
+        if self.reaped {
+            return Err(std::io::Error::other("the command was already reaped"));
+        }
+        loop {
+            let mut status = 0;
+            // SAFETY: an all-zero rusage is a valid value of that plain C struct.
+            let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+            // SAFETY: `status` and `ru` are valid out-pointers; `pid` is our own unreaped child.
+            let r = unsafe { libc::wait4(self.pid, &mut status, 0, &mut ru) };
+            if r == -1 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            let Some(exit) = Exit::from_wait_status(status) else { continue };
+            self.reaped = true;
+            let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+            return Ok((exit, time(ru.ru_utime), time(ru.ru_stime)));
         }
     }
 

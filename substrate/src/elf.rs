@@ -546,11 +546,11 @@ fn align_down(x: u64, align: u64) -> u64 {
     if align.is_power_of_two() { x & !(align - 1) } else { x }
 }
 
-/// The `n` names closest to `target` by edit distance, ties broken by name.
+/// The `n` names closest to `target` by Levenshtein distance, ties broken
+/// by name.
 ///
 /// Cheap on large symbol tables: once `n` candidates are held, a name is
-/// skipped when its length alone puts it farther than the worst of them,
-/// and the distance computation stops as soon as it exceeds that bound.
+/// skipped when its length alone puts it farther than the worst of them.
 pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize) -> Vec<String> {
     let mut best: Vec<(usize, &str)> = Vec::with_capacity(n + 1);
     for name in names {
@@ -558,7 +558,10 @@ pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize)
         if n == 0 || target.len().abs_diff(name.len()) > bound || best.iter().any(|(_, b)| *b == name) {
             continue;
         }
-        let Some(d) = edit_distance_within(target, name, bound) else { continue };
+        let d = strsim::levenshtein(target, name);
+        if d > bound {
+            continue;
+        }
         let pos = best.partition_point(|e| *e < (d, name));
         if pos < n {
             best.insert(pos, (d, name));
@@ -566,33 +569,6 @@ pub fn closest<'a>(target: &str, names: impl Iterator<Item = &'a str>, n: usize)
         }
     }
     best.into_iter().map(|(_, s)| s.to_string()).collect()
-}
-
-/// Levenshtein distance over bytes.
-pub fn edit_distance(a: &str, b: &str) -> usize {
-    edit_distance_within(a, b, usize::MAX).unwrap_or(usize::MAX)
-}
-
-/// The edit distance when it is at most `bound`, else `None` (found early:
-/// a row's minimum never decreases further down).
-fn edit_distance_within(a: &str, b: &str, bound: usize) -> Option<usize> {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    let mut cur = vec![0; b.len() + 1];
-    for (i, &ca) in a.iter().enumerate() {
-        cur[0] = i + 1;
-        let mut row_min = cur[0];
-        for (j, &cb) in b.iter().enumerate() {
-            let sub = prev[j] + usize::from(ca != cb);
-            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
-            row_min = row_min.min(cur[j + 1]);
-        }
-        if row_min > bound {
-            return None;
-        }
-        std::mem::swap(&mut prev, &mut cur);
-    }
-    (prev[b.len()] <= bound).then_some(prev[b.len()])
 }
 
 /// Extracts owned tables from the borrowed parse.
@@ -921,14 +897,8 @@ mod tests {
     }
 
     #[test]
-    fn edit_distance_basics() {
-        assert_eq!(edit_distance("main", "main"), 0);
-        assert_eq!(edit_distance("mian", "main"), 2);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    fn closest_names() {
         assert_eq!(closest("mian", ["main", "zzzz", "mainly", "maim"].into_iter(), 2), vec!["main", "maim"]);
-        assert_eq!(edit_distance_within("kitten", "sitting", 2), None);
-        assert_eq!(edit_distance_within("kitten", "sitting", 3), Some(3));
         assert!(closest("x", ["a", "b"].into_iter(), 0).is_empty());
         // The pruned search agrees with sorting every distance.
         let names: Vec<String> = (0..400u32)
@@ -936,7 +906,7 @@ mod tests {
             .collect();
         for target in ["fn_12_ab", "fn_9", "zzzz", "fn_123_abababab", ""] {
             let mut all: Vec<(usize, &str)> =
-                names.iter().map(|n| (edit_distance(target, n), n.as_str())).collect();
+                names.iter().map(|n| (strsim::levenshtein(target, n), n.as_str())).collect();
             all.sort_unstable();
             all.dedup();
             let brute: Vec<String> = all.iter().take(3).map(|(_, n)| n.to_string()).collect();
@@ -1066,26 +1036,9 @@ int main(int argc, char **argv) {
 }
 "#;
 
-    /// Builds C_SOURCE with `flags`; `None` (with the reason printed) when gcc is missing.
-    fn build_c(dir: &Path, name: &str, flags: &[&str]) -> Option<PathBuf> {
-        let src = dir.join("t.c");
-        std::fs::write(&src, C_SOURCE).unwrap();
-        let out = dir.join(name);
-        match std::process::Command::new("gcc")
-            .args(["-O1", "-g"])
-            .args(flags)
-            .arg(&src)
-            .arg("-o")
-            .arg(&out)
-            .status()
-        {
-            Ok(s) if s.success() => Some(out),
-            Ok(s) => panic!("gcc {flags:?} failed: {s}"),
-            Err(e) => {
-                eprintln!("skipping: cannot run gcc: {e}");
-                None
-            }
-        }
+    /// Builds C_SOURCE with `flags`.
+    fn build_c(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+        papirus_testkit::Cc::from_text(dir, "t.c", C_SOURCE).opt("-O1").args(flags).build(dir, name)
     }
 
     fn tool_output(cmd: &str, args: &[&str], file: &Path) -> Option<String> {
@@ -1112,7 +1065,7 @@ int main(int argc, char **argv) {
             ("nopie_ibt", &["-no-pie", "-Wl,-z,ibtplt"]),
         ];
         for (name, flags) in layouts {
-            let Some(exe) = build_c(dir.path(), name, flags) else { return };
+            let exe = build_c(dir.path(), name, flags);
             let f = ElfFile::open(&exe).unwrap();
             let Some(dump) = tool_output("objdump", &["-d"], &exe) else { return };
             let mut expected: Vec<(String, u64)> = dump
@@ -1146,28 +1099,18 @@ int main(int argc, char **argv) {
     #[test]
     fn c_program_matches_nm_and_strip() {
         let dir = tempfile::tempdir().unwrap();
-        let Some(exe) = build_c(dir.path(), "prog", &["-rdynamic"]) else { return };
+        let exe = build_c(dir.path(), "prog", &["-rdynamic"]);
         let f = ElfFile::open(&exe).unwrap();
         assert!(!f.is_stripped());
-        let Some(nm) = tool_output("nm", &["--defined-only", "-S"], &exe) else { return };
+        let Some(nm) = papirus_testkit::nm(&exe, &["--defined-only", "-S"]) else { return };
+        // `W` also covers weak untyped data symbols (`data_start`): keep code only.
+        let in_code = |a: u64| {
+            f.sections().iter().any(|s| s.executable && (s.address..s.address + s.size).contains(&a))
+        };
         let mut expected: Vec<(String, u64, u64)> = nm
-            .lines()
-            .filter_map(|l| {
-                let parts: Vec<&str> = l.split_whitespace().collect();
-                let (addr, size, ty, name) = match parts[..] {
-                    [a, s, t, n] => (a, s, t, n),
-                    [a, t, n] => (a, "0", t, n),
-                    _ => return None,
-                };
-                let addr = u64::from_str_radix(addr, 16).unwrap();
-                // `W` also covers weak untyped data symbols (`data_start`): keep code only.
-                let in_code = f
-                    .sections()
-                    .iter()
-                    .any(|s| s.executable && (s.address..s.address + s.size).contains(&addr));
-                (matches!(ty, "T" | "t" | "W") && in_code)
-                    .then(|| (name.to_string(), addr, u64::from_str_radix(size, 16).unwrap()))
-            })
+            .into_iter()
+            .filter(|s| matches!(s.kind.as_str(), "T" | "t" | "W") && in_code(s.address))
+            .map(|s| (s.name, s.address, s.size))
             .collect();
         let mut got: Vec<(String, u64, u64)> = f
             .functions()

@@ -127,40 +127,14 @@ fn parse_size(s: &str) -> Option<u64> {
     num.parse::<u64>().ok().map(|n| n * mul)
 }
 
-/// Counts the CPUs of a sysfs list (`0-3,8,10-11`).
-fn count_list(s: &str) -> usize {
-    s.trim()
-        .split(',')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('-') {
-            Some((a, b)) => match (a.parse::<usize>(), b.parse::<usize>()) {
-                (Ok(a), Ok(b)) if b >= a => b - a + 1,
-                _ => 0,
-            },
-            None => usize::from(p.parse::<usize>().is_ok()),
-        })
-        .sum()
+/// The CPU numbers of a sysfs list (`0-3,8,10-11`); none when it is malformed.
+fn cpus_of(list: &str) -> Vec<u32> {
+    crate::pmu::parse_cpulist(list).unwrap_or_default()
 }
 
 /// The online CPUs (`/sys/devices/system/cpu/online`); empty when unreadable.
-pub fn online_cpus() -> Vec<usize> {
-    read_trim(Path::new("/sys/devices/system/cpu/online")).map(|s| expand_list(&s)).unwrap_or_default()
-}
-
-/// The CPU numbers of a sysfs list.
-fn expand_list(s: &str) -> Vec<usize> {
-    let mut out = Vec::new();
-    for p in s.trim().split(',').filter(|p| !p.is_empty()) {
-        match p.split_once('-') {
-            Some((a, b)) => {
-                if let (Ok(a), Ok(b)) = (a.parse::<usize>(), b.parse::<usize>()) {
-                    out.extend(a..=b);
-                }
-            }
-            None => out.extend(p.parse::<usize>().ok()),
-        }
-    }
-    out
+pub fn online_cpus() -> Vec<u32> {
+    read_trim(Path::new("/sys/devices/system/cpu/online")).map(|s| cpus_of(&s)).unwrap_or_default()
 }
 
 fn hypervisor_name(sig: &str) -> String {
@@ -219,7 +193,7 @@ impl HwInfo {
                 .map(|(_, v)| v.trim().to_string())
         });
         let cpu_dir = sys.join("devices/system/cpu");
-        let online = read_trim(&cpu_dir.join("online")).map(|s| expand_list(&s)).unwrap_or_default();
+        let online = read_trim(&cpu_dir.join("online")).map(|s| cpus_of(&s)).unwrap_or_default();
         let mut cores = BTreeSet::new();
         let mut sockets = BTreeSet::new();
         for cpu in &online {
@@ -232,7 +206,7 @@ impl HwInfo {
         let cpus = online.len();
         let threads_per_core = if cores.is_empty() { 0 } else { cpus / cores.len() };
         let numa_nodes =
-            read_trim(&sys.join("devices/system/node/online")).map_or(1, |s| count_list(&s).max(1));
+            read_trim(&sys.join("devices/system/node/online")).map_or(1, |s| cpus_of(&s).len().max(1));
 
         let mut caches = Vec::new();
         for i in 0.. {
@@ -247,7 +221,7 @@ impl HwInfo {
             ) else {
                 continue;
             };
-            let shared_by_cpus = read_trim(&d.join("shared_cpu_list")).map_or(1, |s| count_list(&s));
+            let shared_by_cpus = read_trim(&d.join("shared_cpu_list")).map_or(1, |s| cpus_of(&s).len());
             let number = |f: &str| read_trim(&d.join(f)).and_then(|s| s.parse().ok()).unwrap_or(0);
             caches.push(Cache {
                 level,
@@ -493,10 +467,10 @@ mod tests {
 
     #[test]
     fn list_and_size_parsing() {
-        assert_eq!(count_list("0-3,8,10-11"), 7);
-        assert_eq!(count_list(""), 0);
-        assert_eq!(count_list("5-2,x"), 0, "malformed parts count nothing");
-        assert_eq!(expand_list("0,2-3"), vec![0, 2, 3]);
+        assert_eq!(cpus_of("0-3,8,10-11").len(), 7);
+        assert_eq!(cpus_of(""), Vec::<u32>::new());
+        assert_eq!(cpus_of("5-2,x"), Vec::<u32>::new(), "a malformed list counts nothing");
+        assert_eq!(cpus_of("0,2-3"), vec![0, 2, 3]);
         assert_eq!(parse_size("32K"), Some(32768));
         assert_eq!(parse_size("1M"), Some(1 << 20));
         assert_eq!(parse_size("512"), Some(512));

@@ -5,8 +5,9 @@
 //! paths, and above it event names and PMUs from sysfs, ELF symbols, the TSC
 //! clock and virtual time, sampling, ring buffers, overflow signals and
 //! hardware information. Everything unsafe lives in the counting core's
-//! `sys`, `mmap` and `arch` modules and in [`signal`], [`ring`] and [`exit`];
-//! the rest is safe Rust.
+//! `sys`, `mmap` and `arch` modules and in [`signal`] (the overflow signal
+//! handler and signal dispositions), [`ring`], [`exit`] and [`stdio`] (the
+//! start-up check of the standard streams); the rest is safe Rust.
 #![deny(unsafe_code)]
 
 pub use papirus_counting::{arch, attr, count, error, event, group, layout, mapped, mmap, read, sys};
@@ -26,6 +27,7 @@ pub mod pmu;
 pub mod ring;
 pub mod sample;
 pub mod signal;
+pub mod stdio;
 pub mod symbolize;
 pub mod vclock;
 

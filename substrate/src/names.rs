@@ -45,7 +45,9 @@
 //! `uprobe:PATH:SYMBOL[+OFF]` and `uretprobe:PATH:SYMBOL`: PATH is made
 //! absolute; the probe sits at the file offset of SYMBOL (plus OFF), computed
 //! from the ELF program headers. Symbols are the stored (mangled) names;
-//! `name@VERSION` selects a symbol version.
+//! `name@VERSION` selects a symbol version. `uprobe:PATH:0xADDR` probes a
+//! link-time address of PATH, as `perf probe -x PATH 0xADDR` does (code
+//! with no symbol, such as an IFUNC's implementation in a stripped libc).
 
 use std::ffi::CString;
 use std::fs;
@@ -61,26 +63,6 @@ use crate::pmu::{ConfigWord, Pmu, PmuSet};
 
 /// Where tracefs is looked for, in order.
 pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"];
-
-/// Whether stdout was open when this process started: Rust's runtime
-/// reopens a closed descriptor 0-2 on /dev/null read-write before `main`,
-/// while a shell's `>/dev/null` opens it write-only. For the command-line
-/// tools, which refuse a closed stdout. `true` where /proc is not mounted.
-pub fn stdout_was_open() -> bool {
-    let Ok(target) = fs::read_link("/proc/self/fd/1") else {
-        return !Path::new("/proc/self/fd").is_dir();
-    };
-    if target != Path::new("/dev/null") {
-        return true;
-    }
-    let info = fs::read_to_string("/proc/self/fdinfo/1").unwrap_or_default();
-    let flags = info
-        .lines()
-        .find_map(|l| l.strip_prefix("flags:"))
-        .and_then(|f| u32::from_str_radix(f.trim(), 8).ok())
-        .unwrap_or(0);
-    flags & libc::O_ACCMODE as u32 != libc::O_RDWR as u32
-}
 
 /// The tracefs root in use, mounting tracefs at [`TRACEFS_ROOTS`]`[0]` first
 /// when it is mounted at none of them, as perf does. Call it before the
@@ -722,7 +704,7 @@ impl Parser {
         Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None, modifiers })
     }
 
-    /// `uprobe:PATH:SYMBOL[+OFF]`, `uretprobe:PATH:SYMBOL`.
+    /// `uprobe:PATH:SYMBOL[+OFF]`, `uretprobe:PATH:SYMBOL`, or `0xADDR` for SYMBOL.
     fn uprobe(&self, event: &str, rest: &str, ret: bool) -> Result<ParsedEvent> {
         let prefix = if ret { "uretprobe" } else { "uprobe" };
         let Some((path, target)) = rest.rsplit_once(':') else {
@@ -758,14 +740,19 @@ impl Parser {
             source,
         })?;
         let elf = ElfFile::open(&abs)?;
-        let sym = elf.lookup_function(symbol)?;
-        if offset != 0 && sym.size != 0 && offset >= sym.size {
-            return Err(malformed(
-                event,
-                format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size),
-            ));
-        }
-        let vaddr = sym.address + offset;
+        let vaddr = match symbol.strip_prefix("0x").and_then(|h| u64::from_str_radix(h, 16).ok()) {
+            Some(addr) => addr + offset,
+            None => {
+                let sym = elf.lookup_function(symbol)?;
+                if offset != 0 && sym.size != 0 && offset >= sym.size {
+                    return Err(malformed(
+                        event,
+                        format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size),
+                    ));
+                }
+                sym.address + offset
+            }
+        };
         let file_offset = elf.vaddr_to_file_offset(vaddr).ok_or_else(|| Error::Elf {
             path: abs.clone(),
             reason: format!("`{symbol}` at {vaddr:#x} lies in no loadable segment"),

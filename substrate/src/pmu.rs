@@ -263,11 +263,6 @@ impl PmuSet {
         self.pmus.iter().find(|p| p.name == name)
     }
 
-    /// The PMU with type number `type_`.
-    pub fn by_type(&self, type_: u32) -> Option<&Pmu> {
-        self.pmus.iter().find(|p| p.type_ == type_)
-    }
-
     /// Entries that could not be parsed, each with the reason (kept, not fatal).
     pub fn skipped(&self) -> &[String] {
         &self.skipped

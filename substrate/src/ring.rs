@@ -75,16 +75,10 @@ struct Mapping {
 
 impl Mapping {
     fn word(&self, offset: usize) -> &AtomicU64 {
-        // SAFETY: offset is HEAD or TAIL, inside the first page of a live
-        // mapping, 8-aligned (the page is page-aligned); the kernel and we
-        // access these words only atomically.
+        // SAFETY: offset is HEAD, TAIL, DATA_OFFSET or DATA_SIZE, inside the
+        // first page of a live mapping, 8-aligned (the page is page-aligned);
+        // we access these words only atomically.
         unsafe { &*self.base.as_ptr().add(offset).cast::<AtomicU64>() }
-    }
-
-    fn plain_u64(&self, offset: usize) -> u64 {
-        // SAFETY: DATA_OFFSET/DATA_SIZE lie in the first page; the kernel
-        // writes them once at mmap time, before we can read them.
-        unsafe { self.base.as_ptr().add(offset).cast::<u64>().read_volatile() }
     }
 }
 
@@ -159,8 +153,10 @@ impl RingBuffer {
             })?;
         let map = Mapping { sys, base, len };
         // Kernels before 4.1 leave data_offset/data_size at 0: the data starts at page 1.
-        let mut data_offset = usize::try_from(map.plain_u64(DATA_OFFSET)).unwrap_or(usize::MAX);
-        let mut data_size = map.plain_u64(DATA_SIZE);
+        // ATOMICS: Relaxed; the kernel writes these two once, at mmap time.
+        let mut data_offset =
+            usize::try_from(map.word(DATA_OFFSET).load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let mut data_size = map.word(DATA_SIZE).load(Ordering::Relaxed);
         if data_offset == 0 && data_size == 0 {
             data_offset = page;
             data_size = (data_pages * page) as u64;

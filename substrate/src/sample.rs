@@ -29,6 +29,8 @@ macro_rules! flag_set {
         pub struct $name(pub u64);
         impl $name {
             $($(#[$fm])* pub const $flag: $name = $name($val as u64);)*
+            /// Every flag above.
+            pub const ALL: $name = $name(0 $(| $val as u64)*);
             /// Whether every bit of `other` is set.
             pub fn contains(self, other: $name) -> bool {
                 self.0 & other.0 == other.0
@@ -677,21 +679,6 @@ impl Sampling {
         }
     }
 
-    const SUPPORTED: u64 = b::PERF_SAMPLE_IP as u64
-        | b::PERF_SAMPLE_TID as u64
-        | b::PERF_SAMPLE_TIME as u64
-        | b::PERF_SAMPLE_ADDR as u64
-        | b::PERF_SAMPLE_READ as u64
-        | b::PERF_SAMPLE_CALLCHAIN as u64
-        | b::PERF_SAMPLE_ID as u64
-        | b::PERF_SAMPLE_CPU as u64
-        | b::PERF_SAMPLE_PERIOD as u64
-        | b::PERF_SAMPLE_STREAM_ID as u64
-        | b::PERF_SAMPLE_RAW as u64
-        | b::PERF_SAMPLE_IDENTIFIER as u64
-        | b::PERF_SAMPLE_REGS_USER as u64
-        | b::PERF_SAMPLE_STACK_USER as u64;
-
     /// Checks what the kernel would refuse with a bare EINVAL, or what
     /// papirus could not parse.
     pub fn validate(&self, event: &str) -> Result<()> {
@@ -703,11 +690,10 @@ impl Sampling {
             Trigger::Frequency(0) => return bad("a sample frequency of 0 never samples".into()),
             _ => {}
         }
-        if self.sample_type.0 & !Self::SUPPORTED != 0 {
-            return bad(format!(
-                "sample_type bits {:#x} are not parsed by papirus",
-                self.sample_type.0 & !Self::SUPPORTED
-            ));
+        // Every bit SampleType names is parsed.
+        let unknown = self.sample_type.0 & !SampleType::ALL.0;
+        if unknown != 0 {
+            return bad(format!("sample_type bits {unknown:#x} are not parsed by papirus"));
         }
         if self.sample_type.contains(SampleType::REGS_USER) && self.regs_user == 0 {
             return bad("REGS_USER needs a register mask (Sampling::user_regs)".into());
@@ -914,10 +900,6 @@ impl SamplingEvents {
     /// Zeroes the counts.
     pub fn reset(&self) -> Result<()> {
         self.ioctl(Ioctl::Reset { group: true }, Op::Reset)
-    }
-    /// Changes the sample period (`PERF_EVENT_IOC_PERIOD`).
-    pub fn set_period(&self, period: u64) -> Result<()> {
-        self.ioctl(Ioctl::Period(period), Op::Ioctl)
     }
     /// The event's name.
     pub fn name(&self) -> &str {

@@ -94,6 +94,40 @@ pub fn default_signal() -> i32 {
     libc::SIGRTMAX() - 3
 }
 
+/// Gives `signal` its default action (SIG_DFL): a command-line tool that
+/// ends by a signal re-raises it so, and a closed pipe ends a tool quietly
+/// when SIGPIPE is back at its default.
+pub fn set_default(signal: i32) -> std::io::Result<()> {
+    dispose(signal, libc::SIG_DFL, 0)
+}
+
+/// Ignores `signal` (SIG_IGN); a program started later inherits that.
+pub fn ignore(signal: i32) -> std::io::Result<()> {
+    dispose(signal, libc::SIG_IGN, 0)
+}
+
+/// Catches `signal` with a handler that does nothing, restarting the system
+/// call it interrupts: a write to a closed pipe then fails with EPIPE
+/// instead of ending the process, while a program started later gets the
+/// default action back (execve resets a caught signal, not an ignored one).
+pub fn discard(signal: i32) -> std::io::Result<()> {
+    extern "C" fn nothing(_: libc::c_int) {}
+    dispose(signal, nothing as *const () as libc::sighandler_t, libc::SA_RESTART)
+}
+
+fn dispose(signal: i32, handler: libc::sighandler_t, flags: i32) -> std::io::Result<()> {
+    // SAFETY: a zeroed sigaction (empty mask) is a valid value; `handler` is
+    // SIG_DFL, SIG_IGN or a handler that touches nothing, so it is
+    // async-signal-safe; `act` lives for the call and the old action is not asked for.
+    let ret = unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = handler;
+        act.sa_flags = flags;
+        libc::sigaction(signal, &act, ptr::null_mut())
+    };
+    if ret == 0 { Ok(()) } else { Err(std::io::Error::last_os_error()) }
+}
+
 pub use crate::sys::gettid;
 
 /// How a record reached the callback.

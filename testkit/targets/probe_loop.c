@@ -3,20 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-__attribute__((noinline)) long g(long x) {
-    long s = 0;
-    for (int i = 0; i < 100; i++) {
-        s += i ^ x;
-        __asm__ volatile("" : "+r"(s));
-    }
-    return s;
-}
-
-__attribute__((noinline)) long f(void) {
-    long s = 0;
-    for (int i = 0; i < 1000; i++) s += g(i);
-    return s;
-}
+#include "papirus_target.h"
 
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 100;

@@ -5,25 +5,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "papirus_target.h"
+
 volatile long sink;
 /* Never written: keeps results opaque to the compiler but independent of `sink`,
    which other tests change concurrently. */
 volatile int zero;
-
-__attribute__((noinline)) long g(long x) {
-    long s = 0;
-    for (int i = 0; i < 100; i++) {
-        s += i ^ x;
-        __asm__ volatile("" : "+r"(s));
-    }
-    return s;
-}
-
-__attribute__((noinline)) long f(void) {
-    long s = 0;
-    for (int i = 0; i < 1000; i++) s += g(i);
-    return s;
-}
 
 __attribute__((noinline, optimize("no-optimize-sibling-calls"))) int fib(int n) {
     if (n < 2) return n;

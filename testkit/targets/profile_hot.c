@@ -16,15 +16,11 @@
 #include <stdlib.h>
 #include <time.h>
 
-static volatile unsigned long sink;
+#include "papirus_target.h"
+
 static long rounds;
 
-/* Inlined, so each hot function is the leaf of its own samples. */
-static inline __attribute__((always_inline)) void spin(unsigned long units) {
-    unsigned long x = sink;
-    for (unsigned long i = 0; i < units * 100000UL; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
-    sink = x;
-}
+/* spin() is inlined, so each hot function is the leaf of its own samples. */
 void hot_a(void) { spin(6); }
 void hot_b(void) { spin(3); }
 void hot_c(void) { spin(1); }

@@ -11,14 +11,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static volatile unsigned long sink;
+#include "papirus_target.h"
+
 static long rounds = 200;
 
-static inline __attribute__((always_inline)) void spin(unsigned long units) {
-    unsigned long x = sink;
-    for (unsigned long i = 0; i < units * 100000UL; i++) x = x * 6364136223846793005UL + 1442695040888963407UL;
-    sink = x;
-}
 void hot_b(void) { spin(1); }
 void hot_c(void) { spin(1); }
 

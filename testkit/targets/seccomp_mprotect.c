@@ -3,10 +3,11 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
-#include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
-#include <unistd.h>
+
+#include "papirus_target.h"
+
 int main(void) {
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
@@ -16,14 +17,5 @@ int main(void) {
     };
     struct sock_fprog prog = {sizeof f / sizeof f[0], f};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog)) return 3;
-    char buf[256];
-    printf("ready\n");
-    fflush(stdout);
-    for (;;) {
-        ssize_t n = read(0, buf, sizeof buf);
-        if (n <= 0) break;
-        fwrite(buf, 1, n, stdout);
-        fflush(stdout);
-    }
-    return 0;
+    return echo_stdin();
 }

@@ -203,7 +203,7 @@ pub fn main_with_args(
     extra: impl FnOnce(&mut Registry),
 ) -> ExitCode {
     // Rust's runtime reopens a closed stdout on /dev/null: refuse it.
-    if !papirus_substrate::names::stdout_was_open() {
+    if !crate::cli::stdout_is_open() {
         let _ =
             writeln!(std::io::stderr(), "{name}: standard output is closed; redirect it (e.g. >/dev/null)");
         return ExitCode::from(2);

@@ -48,12 +48,37 @@ pub fn run_tool<E: Display>(name: &str, work: impl FnOnce() -> Result<ExitCode, 
     })
 }
 
-/// Whether stdout was open when the tool started. Rust's runtime reopens
-/// a closed descriptor 0-2 on /dev/null read-write before `main`, so a
-/// closed stdout shows as /dev/null opened `O_RDWR`; a shell's `>/dev/null`
-/// opens it write-only. Assumed open where /proc is not mounted.
+/// [`run_tool`] for a tool that parses its command line `A` and writes what
+/// it prints into a string, printed in one piece at the end.
+pub fn run_printing<A: clap::Parser, E>(
+    name: &str,
+    run: impl FnOnce(&A, &mut String) -> Result<ExitCode, E>,
+) -> ExitCode
+where
+    Failure: From<E>,
+{
+    run_tool(name, || {
+        let args = A::parse();
+        let mut w = String::new();
+        let code = run(&args, &mut w)?;
+        print(&w)?;
+        Ok::<_, Failure>(code)
+    })
+}
+
+/// Mounts tracefs where it is mounted nowhere, as perf does; where that is
+/// not permitted, says why and how on stderr (`name: why` and `then`, what
+/// the tool does without it), and tracepoint names fail with the parser's reason.
+pub fn mount_tracefs(name: &str, then: &str) {
+    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
+        let _ = writeln!(std::io::stderr(), "{name}: {why}{then}");
+    }
+}
+
+/// Whether stdout was open when the tool started (Rust's runtime reopens a
+/// closed one on /dev/null before `main`; see [`papirus_substrate::stdio`]).
 pub fn stdout_is_open() -> bool {
-    papirus_substrate::names::stdout_was_open()
+    !papirus_substrate::stdio::closed_at_start(1)
 }
 
 /// Writes `text` to stdout and flushes it; a write error becomes a [`Failure`].

@@ -6,6 +6,7 @@
 //!
 //! The tools live here, at the top of the workspace, so that no library
 //! crate depends on clap and the probe crate does not depend on calibrate.
+#![forbid(unsafe_code)]
 
 pub mod calibrate;
 pub mod cli;

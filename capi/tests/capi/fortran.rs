@@ -1,8 +1,6 @@
 //! A Fortran program on papirus' libpapi: gfortran (Debian) with fpapi.h.
 
-use std::process::Command;
-
-use papirus_testkit::{debian_package, runs, skip};
+use papirus_testkit::{Cc, debian_package, runs, skip};
 
 use crate::common::{Lib, assert_ok, env, include_dir, run};
 
@@ -62,20 +60,12 @@ fn gfortran_program_runs_on_papirus() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("ftest.F");
-    std::fs::write(&src, PROGRAM).unwrap();
-    let exe = dir.path().join("ftest");
-    let o = Command::new("gfortran")
+    let exe = Cc::from_text(dir.path(), "ftest.F", PROGRAM)
         .arg("-ffixed-line-length-none")
         .arg(format!("-I{}", include_dir().display()))
-        .arg(&src)
         .arg(format!("-L{}", env().papirus_lib.display()))
         .arg("-lpapi")
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .unwrap();
-    assert_ok("gfortran", &o);
+        .build(dir.path(), "ftest");
     let r = run(&exe, Lib::Papirus, &[]);
     assert_ok("the Fortran program", &r);
     let out = String::from_utf8_lossy(&r.stdout);

@@ -13,8 +13,12 @@ use crate::util::{fd_count, min_faults, serial, work};
 fn a_set_attached_by_pid_counts_the_child() {
     let _g = serial();
     let pages = 3_000;
-    let mut child =
-        Command::new(work()).args([&pages.to_string(), "30", "wait"]).stdin(Stdio::piped()).spawn().unwrap();
+    let work = work();
+    let mut child = Command::new(&work)
+        .args([&pages.to_string(), "30", "0", "wait"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
     let lib = init().unwrap();
     let mut set = lib.event_set();
     set.add_all(["task-clock", "page-faults"]).unwrap();
@@ -36,6 +40,7 @@ fn a_set_attached_by_pid_counts_the_child() {
 fn process_granularity_counts_a_forked_child_through_inheritance() {
     let _g = serial();
     let pages = 4_000;
+    let work = work();
     let lib = init().unwrap();
     let mut inherit = lib.event_set();
     inherit.add_all(["page-faults", "task-clock"]).unwrap();
@@ -44,7 +49,7 @@ fn process_granularity_counts_a_forked_child_through_inheritance() {
     own.add_named("page-faults").unwrap();
     inherit.start().unwrap();
     own.start().unwrap();
-    let st = Command::new(work()).args([&pages.to_string(), "10"]).status().unwrap();
+    let st = Command::new(&work).args([&pages.to_string(), "10"]).status().unwrap();
     assert!(st.success());
     let mine = own.stop().unwrap();
     let all = inherit.stop().unwrap();

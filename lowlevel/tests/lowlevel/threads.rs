@@ -74,6 +74,7 @@ fn four_threads_count_their_own_work() {
 
 #[test]
 fn concurrent_code_lookups_agree() {
+    let _g = serial();
     // Every thread asks for the same names at once: one code per name.
     let names: Vec<String> = (0..50).map(|i| format!("syscalls:sys_enter_{i}_not_an_event")).collect();
     let handles: Vec<_> = (0..4)

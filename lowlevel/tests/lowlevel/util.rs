@@ -1,52 +1,16 @@
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
-/// Serialises the tests of this binary (fd counting needs a quiet process).
+use papirus_testkit::{Built, Cc, target};
+
+/// Held by every test of this binary for its whole run.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-const WORK_C: &str = r#"
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/mman.h>
-/* work PAGES SPIN_MS [wait]: optionally wait for a byte on stdin, touch
-   PAGES fresh pages, then burn SPIN_MS of CPU time. */
-int main(int argc, char **argv) {
-    long pages = atol(argv[1]), ms = atol(argv[2]);
-    if (argc > 3) { char c; if (read(0, &c, 1) < 0) return 3; }
-    char *p = mmap(0, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return 4;
-    madvise(p, pages * 4096, MADV_NOHUGEPAGE); /* one fault per 4 KiB page */
-    for (long i = 0; i < pages; i++) p[i * 4096] = 1;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-    volatile unsigned long x = 0;
-    do {
-        for (int i = 0; i < 100000; i++) x += i;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
-    return 0;
-}
-"#;
-
-/// The `work` test program, built once with gcc.
-pub fn work() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("lowlevel-work");
-        std::fs::create_dir_all(&dir).unwrap();
-        let src = dir.join("work.c");
-        std::fs::write(&src, WORK_C).unwrap();
-        let bin = dir.join("work");
-        let out = Command::new("gcc").args(["-O2", "-o"]).arg(&bin).arg(&src).output().expect("gcc runs");
-        assert!(out.status.success(), "gcc failed: {}", String::from_utf8_lossy(&out.stderr));
-        bin
-    })
-    .clone()
+/// The `work` target (`testkit/targets/work.c`), built for one test.
+pub fn work() -> Built {
+    Cc::new(target("work.c")).built("work")
 }
 
 /// Touches `pages` fresh pages of a new mapping (each a minor fault).

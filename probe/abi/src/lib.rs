@@ -6,7 +6,7 @@
 //! - [`layout`]: the results segment, a sealed memfd the runtime creates and
 //!   lays its tables in, and the tool maps read-only ([`segment`] reads it).
 //! - [`report`]: the JSON report the tool writes.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod layout;
 pub mod report;

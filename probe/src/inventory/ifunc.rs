@@ -41,23 +41,28 @@ pub struct Implementation {
     pub name: String,
 }
 
+/// Every `Elf64_Rela` of `elf`'s `.rela*` sections as (offset, info, addend).
+pub(super) fn relocations(elf: &ElfFile) -> impl Iterator<Item = [u64; 3]> + '_ {
+    let data = elf.data();
+    elf.sections()
+        .iter()
+        .filter(|s| s.name.starts_with(".rela") && s.entry_size == RELA_LEN as u64)
+        .filter_map(move |s| {
+            let start = s.file_offset as usize;
+            start.checked_add(s.size as usize).and_then(|end| data.get(start..end))
+        })
+        .flat_map(|bytes| bytes.chunks_exact(RELA_LEN))
+        .map(|r| {
+            std::array::from_fn(|i| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or_default()))
+        })
+}
+
 /// The (addend, slot) link-time addresses of `elf`'s IRELATIVE relocations.
 pub fn irelative_slots(elf: &ElfFile) -> Vec<(u64, u64)> {
-    let data = elf.data();
-    let mut out = Vec::new();
-    for s in elf.sections().iter().filter(|s| s.name.starts_with(".rela") && s.entry_size == RELA_LEN as u64)
-    {
-        let start = s.file_offset as usize;
-        let Some(bytes) = start.checked_add(s.size as usize).and_then(|end| data.get(start..end)) else {
-            continue;
-        };
-        for r in bytes.chunks_exact(RELA_LEN) {
-            let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-            if word(1) as u32 == R_X86_64_IRELATIVE {
-                out.push((word(2), word(0)));
-            }
-        }
-    }
+    let mut out: Vec<(u64, u64)> = relocations(elf)
+        .filter(|[_, info, _]| *info as u32 == R_X86_64_IRELATIVE)
+        .map(|[offset, _, addend]| (addend, offset))
+        .collect();
     out.sort_unstable();
     out
 }

@@ -18,12 +18,6 @@ use serde::Serialize;
 use super::Function;
 use crate::patch::{self, EntryPlan, Tactic};
 
-/// Bytes a `jmp rel32` to a trampoline occupies.
-pub const JUMP_LEN: u64 = patch::analyze::JMP_LEN;
-/// Bytes of `endbr64`, which stays in place ahead of the jump so indirect
-/// calls still land on it under IBT.
-pub const ENDBR64_LEN: u64 = 4;
-
 /// The outcome of the check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -153,9 +147,6 @@ struct Scan {
     dead: Arc<Vec<(u64, u64)>>,
 }
 
-/// Size of an `Elf64_Rela`.
-const RELA_LEN: usize = 24;
-
 fn scan(elf: &ElfFile) -> Arc<Scan> {
     type Cache = Mutex<HashMap<(PathBuf, usize), Arc<Scan>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
@@ -217,17 +208,8 @@ fn scan(elf: &ElfFile) -> Arc<Scan> {
             runs.push((r, s.address + s.size));
         }
     }
-    for s in elf.sections().iter().filter(|s| s.name.starts_with(".rela") && s.entry_size == RELA_LEN as u64)
-    {
-        let start = s.file_offset as usize;
-        let Some(bytes) = start.checked_add(s.size as usize).and_then(|end| data.get(start..end)) else {
-            continue;
-        };
-        for r in bytes.chunks_exact(RELA_LEN) {
-            let word = |i: usize| u64::from_le_bytes(r[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-            taken.push(word(2));
-        }
-    }
+    // Addresses relocations store (function pointers in data) are taken too.
+    taken.extend(super::ifunc::relocations(elf).map(|[_, _, addend]| addend));
     out.sort_unstable();
     taken.extend(out.iter().map(|b| b.0));
     taken.sort_unstable();
@@ -332,7 +314,8 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
     patch::note_around(func.address, head, shifted(&around, bias));
     match patch::decide_around(&func.name, near, near_at, func.size, link, limit, &around) {
         Ok(plan) => Ok(prologue(&plan)),
-        Err(patch::Refusal::Entered { why, .. }) if around.entry != 0 => {
+        // Another function's branch; the function's own loop is the patcher's refusal as it stands.
+        Err(patch::Refusal::Entered { why, offset }) if around.entry == link + offset => {
             let from =
                 entered(&branches(elf), link..link + func.size, at, around.entry + 1).map_or(0, |e| e.0);
             Err(Reason::Entered { from, to: around.entry, why: why.to_string() })

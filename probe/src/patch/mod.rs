@@ -399,11 +399,6 @@ impl<S: AddressSpace> Patcher<S> {
         self.pcs = pcs;
     }
 
-    /// The address space (e.g. to stop or resume the target around [`Patcher::instrument`]).
-    pub fn space_mut(&mut self) -> &mut S {
-        &mut self.space
-    }
-
     /// Functions patched so far.
     pub fn installed(&self) -> &[Installed] {
         &self.installed

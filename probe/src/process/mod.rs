@@ -124,6 +124,16 @@ pub fn signal_name(sig: i32) -> String {
     }
 }
 
+/// Leaves a tracee seized with `PTRACE_SEIZE` in its group stop
+/// (`PTRACE_LISTEN`, which nix does not wrap), stopped until a SIGCONT.
+pub fn listen(tid: i32) -> Result<()> {
+    sys::ptrace(libc::PTRACE_LISTEN, tid, 0, 0).map(drop).map_err(|errno| Error::Ptrace {
+        op: "PTRACE_LISTEN",
+        tid,
+        errno,
+    })
+}
+
 /// One traced thread, always in a ptrace stop while the `Process` is held.
 #[derive(Debug, Default)]
 struct Thread {

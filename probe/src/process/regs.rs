@@ -105,16 +105,6 @@ impl Process {
         })
     }
 
-    /// Sets the x87/SSE registers of thread `tid`.
-    pub fn set_fpregs(&mut self, tid: i32, fp: libc::user_fpregs_struct) -> Result<()> {
-        self.known(tid)?;
-        ptrace::setregset::<regset::NT_PRFPREG>(Pid::from_raw(tid), fp).map_err(|errno| Error::Ptrace {
-            op: "PTRACE_SETREGSET(NT_PRFPREG)",
-            tid,
-            errno,
-        })
-    }
-
     fn known(&self, tid: i32) -> Result<()> {
         if self.threads.contains_key(&tid) {
             Ok(())

@@ -44,7 +44,6 @@ pub struct Spawn {
     program: PathBuf,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
-    clear_env: bool,
     preload: Vec<PathBuf>,
     stdio: [Option<OwnedFd>; 3],
 }
@@ -57,7 +56,6 @@ impl Spawn {
             program: program.as_ref().to_path_buf(),
             args: Vec::new(),
             env: Vec::new(),
-            clear_env: false,
             preload: Vec::new(),
             stdio: [None, None, None],
         }
@@ -78,12 +76,6 @@ impl Spawn {
     /// Sets an environment variable (overriding ours).
     pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Self {
         self.env.push((key.as_ref().to_os_string(), value.as_ref().to_os_string()));
-        self
-    }
-
-    /// Starts from an empty environment instead of ours.
-    pub fn env_clear(&mut self) -> &mut Self {
-        self.clear_env = true;
         self
     }
 
@@ -215,8 +207,7 @@ impl Spawn {
     }
 
     fn environment(&self) -> Vec<(OsString, OsString)> {
-        let mut env: Vec<(OsString, OsString)> =
-            if self.clear_env { Vec::new() } else { std::env::vars_os().collect() };
+        let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
         for (k, v) in &self.env {
             env.retain(|(ek, _)| ek != k);
             env.push((k.clone(), v.clone()));

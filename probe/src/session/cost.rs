@@ -70,8 +70,10 @@ impl Body {
 #[non_exhaustive]
 pub enum CostError {
     /// gcc could not be started.
-    #[error("cannot run gcc to build the target library: {source} (install gcc)")]
+    #[error("cannot run gcc to build {path}: {source} (install gcc: apt-get install gcc)")]
     Gcc {
+        /// What it was building.
+        path: PathBuf,
         /// Why.
         #[source]
         source: std::io::Error,
@@ -79,7 +81,7 @@ pub enum CostError {
     /// gcc ran and failed.
     #[error("gcc failed to build {path}: {stderr}")]
     GccFailed {
-        /// The library it was building.
+        /// What it was building.
         path: PathBuf,
         /// What gcc said.
         stderr: String,
@@ -129,15 +131,52 @@ pub enum CostError {
     },
 }
 
+/// Writes the C program `source` to `dir/NAME.c` and builds `dir/NAME` with
+/// `gcc -O2`, `args` after the source; returns its path.
+fn gcc(dir: &Path, name: &str, source: &str, args: &[&str]) -> Result<PathBuf, CostError> {
+    let src = dir.join(format!("{name}.c"));
+    let path = dir.join(name);
+    std::fs::write(&src, source).map_err(|source| CostError::Io { path: src.clone(), source })?;
+    let out = Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(&path)
+        .arg(&src)
+        .args(args)
+        .output()
+        .map_err(|source| CostError::Gcc { path: path.clone(), source })?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
+        return Err(CostError::GccFailed { path, stderr });
+    }
+    Ok(path)
+}
+
+/// [`gcc`] into a fresh private directory (mkdtemp, 0700) named `prefix…`,
+/// removed when the returned handle drops.
+pub fn gcc_scratch(
+    prefix: &str,
+    name: &str,
+    source: &str,
+    args: &[&str],
+) -> Result<(tempfile::TempDir, PathBuf), CostError> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .map_err(|source| CostError::Io { path: "a new temporary directory".into(), source })?;
+    let path = gcc(dir.path(), name, source, args)?;
+    Ok((dir, path))
+}
+
 /// The target library, built into a fresh temporary directory and loaded.
 #[derive(Debug)]
 pub struct Target {
-    dir: PathBuf,
     path: PathBuf,
     handle: usize,
     /// Addresses of the [`Body`]s, in [`Body::ALL`] order.
     bodies: [usize; 4],
     drive: usize,
+    /// A fresh private directory (mkdtemp, 0700), removed after the library is closed.
+    _dir: tempfile::TempDir,
 }
 
 fn dlerror() -> String {
@@ -153,28 +192,9 @@ fn dlerror() -> String {
 impl Target {
     /// Builds [`SOURCE`] with `gcc -O2 -shared -fPIC` and loads it.
     pub fn build() -> Result<Target, CostError> {
-        // A fresh private directory (mkdtemp, 0700), removed by `Target`'s drop.
-        let dir = tempfile::Builder::new()
-            .prefix("papirus-probe-cost-")
-            .tempdir()
-            .map_err(|source| CostError::Io { path: "a new temporary directory".into(), source })?
-            .keep();
-        // From here on the directory goes away with `t` (or on an early return).
-        let mut t = Target { path: dir.join("libprobe_cost.so"), dir, handle: 0, bodies: [0; 4], drive: 0 };
-        let src = t.dir.join("probe_bench.c");
-        std::fs::write(&src, SOURCE).map_err(|source| CostError::Io { path: src.clone(), source })?;
-        let out = Command::new("gcc")
-            .args(["-O2", "-shared", "-fPIC", "-o"])
-            .arg(&t.path)
-            .arg(&src)
-            .output()
-            .map_err(|source| CostError::Gcc { source })?;
-        if !out.status.success() {
-            return Err(CostError::GccFailed {
-                path: t.path.clone(),
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
+        let (dir, path) =
+            gcc_scratch("papirus-probe-cost-", "libprobe_cost.so", SOURCE, &["-shared", "-fPIC"])?;
+        let mut t = Target { path, handle: 0, bodies: [0; 4], drive: 0, _dir: dir };
         let c = CString::new(t.path.as_os_str().as_encoded_bytes())
             .map_err(|e| CostError::Load { path: t.path.clone(), reason: e.to_string() })?;
         // SAFETY: loads the library just built from SOURCE, which has no constructors.
@@ -283,7 +303,6 @@ impl Drop for Target {
             // target), and no pointer into it is used after this.
             unsafe { libc::dlclose(self.handle as *mut c_void) };
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -514,26 +533,7 @@ pub fn median(v: &[f64]) -> f64 {
 impl Driver {
     /// Builds the driver with `gcc -O2`.
     pub fn build() -> Result<Driver, CostError> {
-        let dir = tempfile::Builder::new()
-            .prefix("papirus-probe-driver-")
-            .tempdir()
-            .map_err(|source| CostError::Io { path: "a new temporary directory".into(), source })?;
-        let src = dir.path().join("driver.c");
-        let exe = dir.path().join("driver");
-        std::fs::write(&src, driver_source()?)
-            .map_err(|source| CostError::Io { path: src.clone(), source })?;
-        let out = Command::new("gcc")
-            .args(["-O2", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .output()
-            .map_err(|source| CostError::Gcc { source })?;
-        if !out.status.success() {
-            return Err(CostError::GccFailed {
-                path: exe,
-                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
+        let (dir, exe) = gcc_scratch("papirus-probe-driver-", "driver", &driver_source()?, &[])?;
         Ok(Driver { dir, exe })
     }
 

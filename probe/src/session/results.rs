@@ -14,7 +14,7 @@
 //! concurrently, which atomics allow.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::AtomicU64;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +25,8 @@ use papirus_probe_abi::{
     CounterSetup, Probe, Report, SESSION_VERSION, Session, SetupCode, TraceOptions, Window,
 };
 use papirus_substrate::EventAttr;
+use rustix::fs::{SealFlags, fcntl_get_seals};
+use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
 
 use super::{ProbeError, TargetHooks};
 use crate::process::Process;
@@ -170,25 +172,19 @@ impl Results {
 
     /// Takes the target's fd, checks it and maps it read-only.
     fn map(pid: i32, target_fd: i32) -> Result<Results, ProbeError> {
-        // SAFETY: pidfd_open takes a pid and flags; the result is a fresh fd we own.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        if pidfd < 0 {
-            return Err(sys_err("pidfd_open", pid));
-        }
-        // SAFETY: a fresh fd from the kernel.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-        // SAFETY: pidfd_getfd copies the target's fd into this process; the result is ours.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), target_fd, 0) };
-        if fd < 0 {
-            return Err(sys_err("pidfd_getfd", pid));
-        }
-        // SAFETY: a fresh fd from the kernel.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let io = |op| {
+            move |e: rustix::io::Errno| ProbeError::Io {
+                op,
+                path: format!("/proc/{pid}").into(),
+                source: e.into(),
+            }
+        };
+        let target = Pid::from_raw(pid).ok_or_else(|| io("pidfd_open")(rustix::io::Errno::SRCH))?;
+        let pidfd = pidfd_open(target, PidfdFlags::empty()).map_err(io("pidfd_open"))?;
+        let fd = pidfd_getfd(&pidfd, target_fd, PidfdGetfdFlags::empty()).map_err(io("pidfd_getfd"))?;
         let bad = |what: String| ProbeError::BadSegment { pid, reason: what };
-        // SAFETY: F_GET_SEALS on a fd we own.
-        let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-        let need = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
-        if seals < 0 || seals & need != need {
+        let sealed = fcntl_get_seals(&fd).is_ok_and(|s| s.contains(SealFlags::SHRINK | SealFlags::GROW));
+        if !sealed {
             return Err(bad("its fd is not a memfd sealed against resizing".into()));
         }
         let len = std::fs::File::from(fd.try_clone().map_err(|e| bad(e.to_string()))?)

@@ -8,11 +8,6 @@
 //! the measurement of that process ends there; the hold passes from patching
 //! to following without a detach, so no exec goes unseen); every signal that
 //! stops it is passed on at once.
-//!
-//! # Safety
-//!
-//! One raw `ptrace(PTRACE_LISTEN)` (nix has no wrapper) on our own tracee.
-#![allow(unsafe_code)]
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -26,7 +21,7 @@ use nix::unistd::Pid;
 use super::results::{Results, other_process_state, write};
 use super::trace::{TraceSummary, Tracing};
 use super::{
-    Measure, ProbeError, Selection, TargetHooks, TraceRequest, patch_stopped, select, start_session,
+    Chosen, Measure, ProbeError, Selection, TargetHooks, TraceRequest, patch_stopped, select, start_session,
 };
 use crate::inventory::Inventory;
 use crate::patch::Refused;
@@ -147,7 +142,7 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
         other => other,
     })?;
     let inv = Inventory::of_process(pid)?;
-    let (mut names, mut specs) =
+    let Chosen { mut names, mut specs, left_out } =
         select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
     let m = Measure {
         probe: opts.probe,
@@ -160,7 +155,7 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     // A failure kills the program (see `run`): its patches need no restoring.
     let (outcome, patched) = patch_stopped(p, &specs);
     patched?;
-    let (installed, refused) = (outcome.installed, outcome.refused);
+    let (installed, refused) = (outcome.installed, [left_out, outcome.refused].concat());
     super::print_summary(&installed, &refused);
     Ok((names, results, installed.len(), refused, tracing))
 }
@@ -192,8 +187,7 @@ fn follow(pid: i32) -> Result<(Exit, bool), ProbeError> {
             }
             // A group stop (SIGSTOP and friends) under PTRACE_SEIZE: stay stopped until SIGCONT.
             WaitStatus::PtraceEvent(..) if traced => {
-                // SAFETY: PTRACE_LISTEN on our own tracee in a group stop.
-                unsafe { libc::ptrace(libc::PTRACE_LISTEN, pid, 0, 0) };
+                let _ = crate::process::listen(pid);
             }
             WaitStatus::Stopped(_, sig) if traced => {
                 let _ = ptrace::cont(target, sig);

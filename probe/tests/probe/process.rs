@@ -14,27 +14,6 @@ use papirus_probe::process::{Exit, Injection, Process, Spawn};
 use papirus_substrate::elf::ElfFile;
 use papirus_substrate::maps;
 
-const SLEEPER: &str = r#"
-#include <errno.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(void) {
-    char buf[256];
-    printf("ready\n");
-    fflush(stdout);
-    for (;;) {
-        ssize_t n = read(0, buf, sizeof buf);
-        if (n == 0) break;
-        if (n < 0) { printf("read error: %s\n", strerror(errno)); return 2; }
-        fwrite(buf, 1, n, stdout);
-        fflush(stdout);
-    }
-    printf("bye\n");
-    return 0;
-}
-"#;
-
 const CTOR: &str = r#"
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,33 +83,6 @@ int main(void) {
 }
 "#;
 
-/// A thread that nearly always holds the loader's write lock (dl_iterate_phdr
-/// keeps it across its callbacks), which dlopen also takes.
-const LOCKER: &str = r#"
-#define _GNU_SOURCE
-#include <link.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <unistd.h>
-static int slow(struct dl_phdr_info *i, size_t n, void *d) { (void)i; (void)n; (void)d; usleep(2000); return 1; }
-static void *locker(void *a) { for (;;) dl_iterate_phdr(slow, 0); return a; }
-int main(void) {
-    char buf[256];
-    pthread_t t;
-    pthread_create(&t, 0, locker, 0);
-    printf("ready\n");
-    fflush(stdout);
-    for (;;) {
-        ssize_t n = read(0, buf, sizeof buf);
-        if (n <= 0) break;
-        fwrite(buf, 1, n, stdout);
-        fflush(stdout);
-    }
-    printf("bye\n");
-    return 0;
-}
-"#;
-
 /// Counts real-time signals it sends itself; queued signals do not merge, so every one counts.
 const SIGNALS: &str = r#"
 #include <pthread.h>
@@ -181,21 +133,21 @@ impl Built {
         self.dir.path().join(name)
     }
 
+    /// Builds the shared target `source` (`testkit/targets`) into `name`.
+    fn target(&self, name: &str, source: &str) -> PathBuf {
+        papirus_testkit::Cc::new(papirus_testkit::target(source))
+            .opt("-O1")
+            .arg("-pthread")
+            .build(self.dir.path(), name)
+    }
+
     /// Compiles C source into `name` with extra gcc flags.
     fn cc(&self, name: &str, src: &str, flags: &[&str]) -> PathBuf {
-        let c = self.path(&format!("{name}.c"));
-        std::fs::write(&c, src).unwrap();
-        let out = self.path(name);
-        let st = Command::new("gcc")
-            .args(["-O1", "-g", "-pthread"])
-            .arg(&c)
-            .arg("-o")
-            .arg(&out)
+        papirus_testkit::Cc::from_text(self.dir.path(), &format!("{name}.c"), src)
+            .opt("-O1")
+            .arg("-pthread")
             .args(flags)
-            .status()
-            .expect("gcc");
-        assert!(st.success(), "gcc failed for {name}");
-        out
+            .build(self.dir.path(), name)
     }
 }
 
@@ -443,7 +395,7 @@ fn signals_arriving_during_attach_are_delivered() {
 #[test]
 fn a_stopped_process_stays_stopped() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let mut t = Target::start(&exe);
     let pid = t.pid();
     let target = nix::unistd::Pid::from_raw(pid);
@@ -505,7 +457,7 @@ fn attach_catches_threads_created_meanwhile() {
 #[test]
 fn remote_mmap_near_text_and_registers_restored() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let mut t = Target::start(&exe);
     let pid = t.pid();
     wait_in_read(pid);
@@ -550,7 +502,7 @@ fn remote_mmap_near_text_and_registers_restored() {
 #[test]
 fn text_write_breaks_cow_and_leaves_the_file_alone() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let on_disk = std::fs::read(&exe).unwrap();
     let t = Target::start(&exe);
     let mut p = Process::attach(t.pid()).unwrap();
@@ -573,7 +525,7 @@ fn text_write_breaks_cow_and_leaves_the_file_alone() {
 #[test]
 fn vector_registers_round_trip() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let t = Target::start(&exe);
     let mut p = Process::attach(t.pid()).unwrap();
     let tid = p.worker();
@@ -596,7 +548,7 @@ fn vector_registers_round_trip() {
 #[test]
 fn inject_library_and_call_it() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let mark = b.path("marked.txt");
     let lib_src = format!(
         "#include <stdio.h>\nint papirus_mark(int v) {{ FILE *f = fopen(\"{}\", \"w\"); if (!f) return -1; fprintf(f, \"marked %d\\n\", v); fclose(f); return v + 1; }}\n",
@@ -632,7 +584,8 @@ fn inject_library_and_call_it() {
     // The fresh thread is gone, its start routine unmapped.
     assert_eq!(tasks(pid), vec![pid]);
     for how in [Injection::FreshThread, Injection::StoppedThread] {
-        match p.inject_with(&b.path("sleeper.c"), how) {
+        // A C source, not a library.
+        match p.inject_with(&papirus_testkit::target("sleeper.c"), how) {
             Err(Error::Dlopen { message, .. }) => {
                 assert!(message.contains("sleeper.c"), "{how:?}: {message}")
             }
@@ -666,7 +619,7 @@ fn inject_library_and_call_it() {
 #[test]
 fn fresh_thread_injection_survives_a_lock_held_by_another_thread() {
     let b = Built::new();
-    let exe = b.cc("locker", LOCKER, &[]);
+    let exe = b.target("locker", "loader_lock.c");
     let lib = b.cc("libempty.so", "int papirus_empty(void) { return 5; }\n", &["-shared", "-fPIC"]);
 
     // A stopped thread cannot take the lock the (stopped) locker holds: a clear timeout.
@@ -711,7 +664,7 @@ fn fresh_thread_injection_survives_a_lock_held_by_another_thread() {
 #[test]
 fn target_exiting_during_a_call_is_an_error_not_a_hang() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let t = Target::start(&exe);
     let pid = t.pid();
     let mut p = Process::attach(pid).unwrap();
@@ -786,7 +739,7 @@ fn bad_input_gives_clear_errors() {
 #[test]
 fn permission_denied_for_another_users_process() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let t = Target::start(&exe);
     let pid = t.pid();
     if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
@@ -965,11 +918,7 @@ fn resume_pcs_include_the_saved_pc_of_signal_frames() {
 #[test]
 fn seccomp_target_is_never_killed() {
     let b = Built::new();
-    let exe = b.cc(
-        "seccomp",
-        &std::fs::read_to_string(papirus_testkit::target("seccomp_mprotect.c")).unwrap(),
-        &[],
-    );
+    let exe = b.target("seccomp", "seccomp_mprotect.c");
     let mut t = Target::start(&exe);
     let pid = t.pid();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -1054,7 +1003,7 @@ fn exec_is_noticed_and_nothing_is_written_into_the_new_image() {
 #[test]
 fn target_survives_papirus_killed_during_a_remote_call() {
     let b = Built::new();
-    let exe = b.cc("sleeper", SLEEPER, &[]);
+    let exe = b.target("sleeper", "sleeper.c");
     let mut t = Target::start(&exe);
     let pid = t.pid();
     wait_in_read(pid);

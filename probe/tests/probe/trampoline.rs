@@ -9,28 +9,18 @@ use std::ffi::{CStr, CString, c_void};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
 use iced_x86::{Decoder, DecoderOptions, FlowControl, InstructionInfoFactory};
 use object::{Object, ObjectSymbol, SymbolKind};
 use papirus_probe::patch::{CATCH_BEGIN, FunctionSpec, LocalSpace, Patcher, Refusal, Refused, UNWIND_BEGIN};
 use papirus_probe_runtime as rt;
+use papirus_substrate::{Counter, Target as CountTarget, parse_event};
+use papirus_testkit::{Cc, scratch, target};
 
-fn build(src: &str, out: &str, cxx: bool, extra: &[&str]) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("trampoline");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = papirus_testkit::target(src);
-    let out = dir.join(out);
-    let status = Command::new(if cxx { "g++" } else { "gcc" })
-        .args(["-O2", "-shared", "-fPIC", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .expect("gcc/g++ runs");
-    assert!(status.success(), "building {}", src.display());
-    out
+/// The shared target library `src`, built as `dir/out`.
+fn build(dir: &Path, src: &str, out: &str, extra: &[&str]) -> PathBuf {
+    Cc::new(target(src)).shared().args(extra).build(dir, out)
 }
 
 /// Loads a library locally: several copies of the same target are loaded, and
@@ -145,48 +135,22 @@ fn call_vfma(h: usize) -> [f32; 8] {
     out
 }
 
-/// A counting uprobe on `symbol` of the library at `path`, for this process.
-fn uprobe(path: &Path, symbol: &str) -> std::io::Result<std::os::fd::OwnedFd> {
-    use object::ObjectSegment;
-    use perf_event_open_sys::bindings::perf_event_attr;
-    use std::os::fd::FromRawFd;
-    let data = std::fs::read(path)?;
-    let obj = object::File::parse(&*data).unwrap();
-    let s = obj.dynamic_symbols().find(|s| s.name() == Ok(symbol)).unwrap();
-    let seg = obj.segments().find(|g| (g.address()..g.address() + g.size()).contains(&s.address())).unwrap();
-    let offset = s.address() - seg.address() + seg.file_range().0;
-    let ty: u32 =
-        std::fs::read_to_string("/sys/bus/event_source/devices/uprobe/type")?.trim().parse().unwrap();
-    let c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-    let mut attr =
-        perf_event_attr { size: size_of::<perf_event_attr>() as u32, type_: ty, ..Default::default() };
-    attr.uprobe_path = c.as_ptr() as u64;
-    attr.probe_offset = offset;
-    // SAFETY: a valid attr whose path outlives the call; a counting event on this process.
-    let fd = unsafe { perf_event_open_sys::perf_event_open(&mut attr, 0, -1, -1, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: perf_event_open returned a new fd that nothing else owns.
-    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
-}
-
-fn read_count(fd: &std::os::fd::OwnedFd) -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    File::from(fd.try_clone().unwrap()).read_exact(&mut b).expect("read a perf counter");
-    u64::from_ne_bytes(b)
+/// A counting uprobe on `symbol` of the library at `path`, on this thread.
+fn uprobe(path: &Path, symbol: &str) -> Result<Counter, papirus_substrate::Error> {
+    let c = parse_event(&format!("uprobe:{}:{symbol}", path.display()))?.open(CountTarget::ThisThread)?;
+    c.enable()?;
+    Ok(c)
 }
 
 /// Uprobe counts of g during f(), fib during fib(20), three over three calls.
-fn uprobe_counts(path: &Path, target: usize) -> std::io::Result<[u64; 3]> {
+fn uprobe_counts(path: &Path, target: usize) -> Result<[u64; 3], papirus_substrate::Error> {
     let (g, fib, three) = (uprobe(path, "g")?, uprobe(path, "fib")?, uprobe(path, "three")?);
     func!(target, "f", extern "C" fn() -> i64)();
     func!(target, "fib", extern "C" fn(i32) -> i32)(20);
     for x in [-3, 0, 5] {
         func!(target, "three", extern "C" fn(i32) -> i32)(x);
     }
-    Ok([read_count(&g), read_count(&fib), read_count(&three)])
+    Ok([g.read()?.raw, fib.read()?.raw, three.read()?.raw])
 }
 
 fn run_expected(target: usize, avx: Option<usize>, path: &Path) -> Expected {
@@ -205,10 +169,12 @@ fn run_expected(target: usize, avx: Option<usize>, path: &Path) -> Expected {
 fn fixture() -> &'static Fixture {
     static F: OnceLock<Fixture> = OnceLock::new();
     F.get_or_init(|| {
-        let target_path = build("probe_target.c", "libprobe_target.so", false, &["-pthread"]);
-        let exc_path = build("probe_exc.cpp", "libprobe_exc.so", true, &[]);
+        // The libraries stay loaded; their files go with `dir` once read.
+        let dir = scratch();
+        let target_path = build(dir.path(), "probe_target.c", "libprobe_target.so", &["-pthread"]);
+        let exc_path = build(dir.path(), "probe_exc.cpp", "libprobe_exc.so", &[]);
         let avx_path = std::arch::is_x86_feature_detected!("avx2")
-            .then(|| build("probe_avx.c", "libprobe_avx.so", false, &["-mavx2"]));
+            .then(|| build(dir.path(), "probe_avx.c", "libprobe_avx.so", &["-mavx2"]));
         if avx_path.is_none() {
             eprintln!("this CPU has no AVX2: the __m256 case is not run");
         }
@@ -496,7 +462,8 @@ fn signal_handler_calls_are_counted() {
 
 #[test]
 fn removal_restores_the_original_bytes() {
-    let path = build("probe_target.c", "libprobe_removal.so", false, &["-pthread"]);
+    let dir = scratch();
+    let path = build(dir.path(), "probe_target.c", "libprobe_removal.so", &["-pthread"]);
     let h = dlopen(&path);
     let funcs = functions(&path, h);
     let mem = File::open("/proc/self/mem").unwrap();
@@ -679,7 +646,8 @@ fn the_runtime_library_uses_no_vector_registers_or_libc() {
 
 #[test]
 fn a_thread_inside_the_displaced_bytes_blocks_the_patch() {
-    let path = build("probe_target.c", "libprobe_pcs.so", false, &["-pthread"]);
+    let dir = scratch();
+    let path = build(dir.path(), "probe_target.c", "libprobe_pcs.so", &["-pthread"]);
     let h = dlopen(&path);
     let (_, addr, size) = functions(&path, h).into_iter().find(|(n, _, _)| n == "many").unwrap();
     let spec =

@@ -1,5 +1,6 @@
 //! papirus-avail: the machine, then every PAPI preset with whether it can be
 //! counted here, whether it is derived, and why not when not.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
@@ -34,20 +35,12 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_tools::cli::run_tool("papirus-avail", || {
-        let args = Args::parse();
-        let mut w = String::new();
-        let code = run(&args, &mut w)?;
-        papirus_tools::cli::print(&w)?;
-        Ok::<_, papirus_tools::cli::Failure>(code)
-    })
+    papirus_tools::cli::run_printing("papirus-avail", run)
 }
 
 fn run(args: &Args, w: &mut String) -> papirus_lowlevel::Result<ExitCode> {
-    // Tracepoints are among what the machine offers: mount tracefs as perf does.
-    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
-        eprintln!("papirus-avail: {why}");
-    }
+    // Tracepoints are among what the machine offers.
+    papirus_tools::cli::mount_tracefs("papirus-avail", "");
     let lib = init()?;
     if let Some(name) = &args.event {
         return one(&lib, name, args.json, w);

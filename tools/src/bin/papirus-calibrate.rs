@@ -1,5 +1,5 @@
 //! `papirus-calibrate`: see `papirus-calibrate --help`.
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
     papirus_substrate::sys::default_sigpipe();

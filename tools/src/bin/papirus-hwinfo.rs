@@ -1,6 +1,7 @@
 //! `papirus-hwinfo`: what this machine offers papirus — CPU, topology,
 //! caches, TSC, hypervisor, hardware counters, perf PMUs — as a table, or
 //! as JSON with `--json`.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -28,7 +29,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     papirus_substrate::sys::default_sigpipe();
     // A closed stdout was reopened on /dev/null by Rust's runtime: refuse it.
-    if !papirus_substrate::names::stdout_was_open() {
+    if !papirus_tools::cli::stdout_is_open() {
         return fail("standard output is closed; redirect it (e.g. >/dev/null)");
     }
     let info = HwInfo::collect();

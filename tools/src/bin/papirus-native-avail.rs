@@ -1,6 +1,7 @@
 //! papirus-native-avail: every native event of this machine by PMU, with
 //! its code and description; `--check` opens each one, `--measure` also
 //! counts a short known workload with every event that opens.
+#![forbid(unsafe_code)]
 
 use std::process::ExitCode;
 
@@ -45,19 +46,11 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    papirus_tools::cli::run_tool("papirus-native-avail", || {
-        let args = Args::parse();
-        let mut w = String::new();
-        let code = run(&args, &mut w)?;
-        papirus_tools::cli::print(&w)?;
-        Ok::<_, papirus_tools::cli::Failure>(code)
-    })
+    papirus_tools::cli::run_printing("papirus-native-avail", run)
 }
 
 fn run(args: &Args, w: &mut String) -> papirus_lowlevel::Result<ExitCode> {
-    if let Err(why) = papirus_substrate::names::ensure_tracefs() {
-        eprintln!("papirus-native-avail: {why}; tracepoints are not listed");
-    }
+    papirus_tools::cli::mount_tracefs("papirus-native-avail", "; tracepoints are not listed");
     let all = native_statuses(false)?;
     let mut list: Vec<_> = all
         .into_iter()

@@ -1,5 +1,6 @@
 //! `papirus-probe`: list a program's functions, instrument them in a program
 //! it starts or in a running process, and print what they cost.
+#![forbid(unsafe_code)]
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -111,7 +112,7 @@ enum Command {
         function instrumented, printing the profile. Takes the options of `run`.\n\n\
         Examples:\n  papirus-probe demo\n  papirus-probe demo --probe counters --events task-clock,page-faults",
         after_long_help = EXIT_HELP)]
-    Demo(instrument::DemoArgs),
+    Demo(instrument::Measure),
     /// papirus-calibrate with the probe rows: what an instrumented call costs
     /// here (trampoline with each probe, uprobe+uretprobe, the uninstrumented
     /// call) beside every papirus primitive; `calibrate --help` for its options.
@@ -155,7 +156,8 @@ struct ListArgs {
 }
 
 fn main() -> ExitCode {
-    output::check_stdio();
+    // A program papirus-probe starts finds its streams as the user left them.
+    papirus_substrate::stdio::close_stand_ins_on_exec();
     output::catch_sigpipe();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -187,7 +189,6 @@ fn main() -> ExitCode {
 /// message and an exit status instead of a panic, and the exit statuses.
 mod output {
     use std::io::Write;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     use papirus_probe::session::ProbeError;
 
@@ -216,42 +217,8 @@ mod output {
             .map_err(|source| OutputError { stream, source }.into())
     }
 
-    /// Whether stdin, stdout and stderr were closed when papirus-probe started.
-    static CLOSED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
-
-    /// Notes which standard streams are closed, before Rust's runtime
-    /// reopens them on /dev/null (it does so before `main`, making writes
-    /// to a closed stdout vanish): runs from `.init_array`, ahead of it.
-    extern "C" fn note_closed_stdio() {
-        for fd in 0..3 {
-            // SAFETY: F_GETFD on a descriptor number reads its flags and
-            // touches no memory; it fails (EBADF) when the descriptor is closed.
-            if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-                CLOSED[fd as usize].store(true, Ordering::Relaxed);
-            }
-        }
-    }
-
-    // SAFETY: a function pointer in `.init_array` is called once by the
-    // dynamic loader before `main`, with no arguments, as its type says.
-    #[used]
-    #[unsafe(link_section = ".init_array")]
-    static NOTE_CLOSED_STDIO: extern "C" fn() = note_closed_stdio;
-
-    /// Makes the /dev/null that stands in for a closed standard stream
-    /// close-on-exec, so a program papirus-probe starts finds it closed as
-    /// the user left it.
-    pub fn check_stdio() {
-        for fd in 0..3 {
-            if CLOSED[fd as usize].load(Ordering::Relaxed) {
-                // SAFETY: sets a flag on a descriptor this process holds; no memory is passed.
-                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            }
-        }
-    }
-
-    fn closed(stream: &'static str, fd: usize) -> Result<(), Failure> {
-        if CLOSED[fd].load(Ordering::Relaxed) {
+    fn closed(stream: &'static str, fd: i32) -> Result<(), Failure> {
+        if papirus_substrate::stdio::closed_at_start(fd) {
             let source = std::io::Error::from_raw_os_error(libc::EBADF);
             return Err(OutputError { stream, source }.into());
         }
@@ -275,20 +242,10 @@ mod output {
         let _ = writeln!(std::io::stderr().lock(), "{text}");
     }
 
-    extern "C" fn on_sigpipe(_: libc::c_int) {}
-
     /// Turns SIGPIPE into EPIPE write errors for papirus-probe, without
-    /// changing what a program it starts inherits: a caught signal is reset to
-    /// its default by execve, where an ignored one would stay ignored.
+    /// changing what a program it starts inherits (see [`signal::discard`]).
     pub fn catch_sigpipe() {
-        let action = nix::sys::signal::SigAction::new(
-            nix::sys::signal::SigHandler::Handler(on_sigpipe),
-            nix::sys::signal::SaFlags::SA_RESTART,
-            nix::sys::signal::SigSet::empty(),
-        );
-        // SAFETY: the handler does nothing, so it is async-signal-safe, and it
-        // is installed at the start of main before any thread exists.
-        let _ = unsafe { nix::sys::signal::sigaction(nix::sys::signal::Signal::SIGPIPE, &action) };
+        let _ = papirus_substrate::signal::discard(libc::SIGPIPE);
     }
 
     /// The exit status of a failure, after printing it (quietly for a closed pipe).

@@ -1,5 +1,6 @@
 //! papirus-profile: a sampling profiler with perf record's and perf
 //! report's command lines, on papirus' substrate.
+#![forbid(unsafe_code)]
 
 use std::ffi::OsString;
 use std::io::Write as _;

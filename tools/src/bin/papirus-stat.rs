@@ -8,6 +8,7 @@
 //! runs to its end. A process given with `-p` is counted on each of its
 //! threads that exist at start (and what they create afterwards), `-a` and
 //! `-C` count CPUs.
+#![forbid(unsafe_code)]
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -417,7 +418,7 @@ fn run(args: &Args) -> Result<ExitCode, Failure> {
     // Tracepoints are `subsystem:name`; other names with a colon are cheap to
     // over-approximate (the mount happens at most once per boot).
     if plan.names.iter().any(|n| n.contains(':') && !n.starts_with("mem:") && !n.contains("probe:")) {
-        mount_tracefs_if_absent();
+        papirus_tools::cli::mount_tracefs("papirus-stat", "");
     }
     raise_descriptor_limit();
     let lib = init()?;
@@ -461,14 +462,6 @@ fn run(args: &Args) -> Result<ExitCode, Failure> {
     Ok(code)
 }
 
-/// Mounts tracefs when it is mounted nowhere, as perf does; where that is
-/// not permitted, says how, and tracepoint names fail with the parser's reason.
-fn mount_tracefs_if_absent() {
-    if let Err(why) = names::ensure_tracefs() {
-        let _ = writeln!(std::io::stderr(), "papirus-stat: {why}");
-    }
-}
-
 fn cpu_list(list: &str, cpus: usize) -> Result<Vec<u32>, Failure> {
     let bad = || {
         Failure(format!(
@@ -476,19 +469,9 @@ fn cpu_list(list: &str, cpus: usize) -> Result<Vec<u32>, Failure> {
             cpus - 1
         ))
     };
-    let mut out = vec![];
-    for p in list.split(',').map(str::trim) {
-        let (a, b) = match p.split_once('-') {
-            Some((a, b)) => (a.parse::<u32>().map_err(|_| bad())?, b.parse::<u32>().map_err(|_| bad())?),
-            None => {
-                let a = p.parse::<u32>().map_err(|_| bad())?;
-                (a, a)
-            }
-        };
-        if a > b || b as usize >= cpus {
-            return Err(bad());
-        }
-        out.extend(a..=b);
+    let mut out = papirus_substrate::pmu::parse_cpulist(list).map_err(|_| bad())?;
+    if out.is_empty() || out.iter().any(|&c| c as usize >= cpus) {
+        return Err(bad());
     }
     out.sort_unstable();
     out.dedup();
@@ -502,30 +485,18 @@ struct Ended {
     sys_ns: u64,
 }
 
-/// Waits for child `pid` on a thread, so intervals can be printed meanwhile.
-fn waiter(pid: i32) -> mpsc::Receiver<Ended> {
+/// Waits for the resumed command on a thread, so intervals can be printed meanwhile.
+fn waiter(mut command: StoppedCommand) -> mpsc::Receiver<Ended> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
-        let mut status = 0;
-        // SAFETY: an all-zero rusage is a valid value of that plain C struct.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        // SAFETY: `status` and `ru` are valid out-pointers for the call's duration.
-        let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-        let code = if r != pid {
-            2
-        } else if libc::WIFEXITED(status) {
-            libc::WEXITSTATUS(status)
-        } else if libc::WIFSIGNALED(status) {
-            128 + libc::WTERMSIG(status)
-        } else {
-            2
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let ended = match command.wait_usage() {
+            Ok((exit, user, sys)) => {
+                Ended { code: ExitCode::from(exit.code()), user_ns: ns(user), sys_ns: ns(sys) }
+            }
+            Err(_) => Ended { code: ExitCode::from(2), user_ns: 0, sys_ns: 0 },
         };
-        let ns = |t: libc::timeval| (t.tv_sec as u64).saturating_mul(1_000_000_000) + t.tv_usec as u64 * 1000;
-        let _ = tx.send(Ended {
-            code: ExitCode::from(code as u8),
-            user_ns: ns(ru.ru_utime),
-            sys_ns: ns(ru.ru_stime),
-        });
+        let _ = tx.send(ended);
     });
     rx
 }
@@ -566,14 +537,13 @@ fn measure(
             s.start()?;
         }
     }
-    let done = match &mut stopped {
-        Some(s) => {
-            // As perf does: ^C ends the command, and the counts are still printed.
-            // SAFETY: SIG_IGN for SIGINT takes no pointers; the command already
-            // runs its own image, so it keeps its default action.
-            unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let done = match stopped.take() {
+        Some(mut s) => {
+            // As perf does: ^C ends the command, and the counts are still
+            // printed (the command resets SIGINT to its default).
+            let _ = papirus_substrate::signal::ignore(libc::SIGINT);
             s.resume().map_err(|e| Failure(format!("cannot resume the command: {e}")))?;
-            Some(waiter(s.pid()))
+            Some(waiter(s))
         }
         None => None,
     };
@@ -659,13 +629,10 @@ fn measure(
 /// Raises the soft limit on open descriptors to the hard one, as perf does:
 /// every counted event holds a descriptor (2,300 tracepoints need 2,300).
 fn raise_descriptor_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: `lim` is a valid out-pointer, then a valid in-pointer, for each call.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let lim = getrlimit(Resource::Nofile);
+    if lim.current < lim.maximum {
+        let _ = setrlimit(Resource::Nofile, Rlimit { current: lim.maximum, maximum: lim.maximum });
     }
 }
 

@@ -215,6 +215,43 @@ fn bounded(mut child: Child, limit: Duration, what: &str) -> Output {
     }
 }
 
+/// Whether this machine has `unshare` for a mount namespace, besides what
+/// [`can_play_attacker`] needs; prints why not.
+fn can_unshare() -> bool {
+    if !can_play_attacker() {
+        return false;
+    }
+    match Command::new("unshare").arg("--version").output() {
+        Ok(o) if o.status.success() => true,
+        other => {
+            println!("skipped: unshare (util-linux) is needed for a mount namespace: {other:?}");
+            false
+        }
+    }
+}
+
+/// The arguments of `papirus-probe attach PID --duration 1` then `options`.
+fn attach_for_a_second<'a>(pid: &'a str, options: &[&'a str]) -> Vec<&'a OsStr> {
+    ["attach", pid, "--duration", "1"].into_iter().chain(options.iter().copied()).map(OsStr::new).collect()
+}
+
+/// Attaches for a second from `cwd`: the attach reports `function` or
+/// refuses with a clear reason (calling a wrong address is neither), and
+/// the target runs on.
+fn attach_reports_or_refuses(target: &mut Target, options: &[&str], function: &str, cwd: &Path, what: &str) {
+    let pid = target.pid().to_string();
+    let out = tool(&attach_for_a_second(&pid, options), cwd, Duration::from_secs(60), what);
+    let err = text(&out.stderr);
+    std::thread::sleep(Duration::from_millis(200));
+    target.assert_running();
+    if out.status.success() {
+        // The profile is on stderr: the program owns stdout.
+        assert!(err.contains(function), "{function} reported: {err}");
+    } else {
+        assert!(err.contains("refused") || err.contains("not the file"), "a clear refusal: {err}");
+    }
+}
+
 fn tool(args: &[&OsStr], cwd: &Path, limit: Duration, what: &str) -> Output {
     let child = Command::new(TOOL)
         .args(args)
@@ -227,14 +264,9 @@ fn tool(args: &[&OsStr], cwd: &Path, limit: Duration, what: &str) -> Output {
     bounded(child, limit, what)
 }
 
-/// Builds `tests/targets/SRC` into `dir` with gcc.
+/// Builds the shared target `src` as `dir/out`.
 fn gcc(dir: &Path, src: &str, out: &str, extra: &[&str]) -> PathBuf {
-    let src = crate::util::source(src);
-    let exe = dir.join(out);
-    let o =
-        Command::new("gcc").args(["-O2", "-o"]).arg(&exe).arg(&src).args(extra).output().expect("gcc runs");
-    assert!(o.status.success(), "gcc {}: {}", src.display(), String::from_utf8_lossy(&o.stderr));
-    exe
+    papirus_testkit::Cc::new(crate::util::source(src)).args(extra).build(dir, out)
 }
 
 /// A scratch directory others may read and enter (targets run as uid 65534).
@@ -352,15 +384,7 @@ fn run_and_attach_ignore_planted_session_files() {
     assert_eq!(target.line(), "ready");
     let pid = target.pid();
     let pid_arg = pid.to_string();
-    let args: Vec<&OsStr> = vec![
-        "attach".as_ref(),
-        pid_arg.as_ref(),
-        "--duration".as_ref(),
-        "1".as_ref(),
-        "-f".as_ref(),
-        "work".as_ref(),
-    ];
-    let held = Held::new(&args, cwd.path());
+    let held = Held::new(&attach_for_a_second(&pid_arg, &["-f", "work"]), cwd.path());
     plant_sessions(pid..pid + 1, &victim, &mut plants);
     plant_sessions(held.pid()..held.pid() + FUTURE_PIDS, &victim, &mut plants);
     let out = held.release(Duration::from_secs(60), "papirus-probe attach");
@@ -504,15 +528,8 @@ fn hostile_mappings_are_skipped_with_a_reason() {
         "the sparse file skipped: {err}"
     );
 
-    let args: Vec<&OsStr> = vec![
-        "attach".as_ref(),
-        pid.as_ref(),
-        "--duration".as_ref(),
-        "1".as_ref(),
-        "-f".as_ref(),
-        "work".as_ref(),
-    ];
-    let out = tool(&args, cwd.path(), Duration::from_secs(60), "attach");
+    let out =
+        tool(&attach_for_a_second(&pid, &["-f", "work"]), cwd.path(), Duration::from_secs(60), "attach");
     assert!(out.status.success(), "attach: {}", text(&out.stderr));
     // The profile is on stderr: the program owns stdout.
     assert!(text(&out.stderr).contains("work"), "work reported: {}", text(&out.stderr));
@@ -525,11 +542,7 @@ fn hostile_mappings_are_skipped_with_a_reason() {
 /// loaded is listed and instrumented, its results stay right, nothing hangs.
 #[test]
 fn another_mount_namespace_is_read_through_the_target() {
-    if !can_play_attacker() {
-        return;
-    }
-    if let Err(e) = Command::new("unshare").arg("--version").output() {
-        println!("skipped: unshare (util-linux) is needed for a mount namespace: {e}");
+    if !can_unshare() {
         return;
     }
     let dir = open_scratch("papirus-attack-ns-");
@@ -588,26 +601,14 @@ fn another_mount_namespace_is_read_through_the_target() {
         assert_eq!(listed["address"].as_u64(), Some(addr), "variant_fn where the target has it");
     }
 
-    let args: Vec<&OsStr> = vec![
-        "attach".as_ref(),
-        pid.as_ref(),
-        "--duration".as_ref(),
-        "1".as_ref(),
-        "-m".as_ref(),
-        "libvariant.so".as_ref(),
-        "-f".as_ref(),
-        "variant_fn".as_ref(),
-    ];
-    let out = tool(&args, cwd.path(), Duration::from_secs(60), "attach (another mount namespace)");
-    let err = text(&out.stderr);
-    if out.status.success() {
-        assert!(err.contains("variant_fn"), "variant_fn reported: {err}");
-    } else {
-        // Refusing is allowed; calling a wrong address is not.
-        assert!(err.contains("refused") || err.contains("not the file"), "a clear refusal: {err}");
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    target.assert_running();
+    let options = ["-m", "libvariant.so", "-f", "variant_fn"];
+    attach_reports_or_refuses(
+        &mut target,
+        &options,
+        "variant_fn",
+        cwd.path(),
+        "attach (another mount namespace)",
+    );
 }
 
 /// A target in another mount namespace whose libc path, in the tool's view,
@@ -616,11 +617,7 @@ fn another_mount_namespace_is_read_through_the_target() {
 /// an address computed from the wrong file kills the target.
 #[test]
 fn another_mount_namespace_libc_is_the_targets() {
-    if !can_play_attacker() {
-        return;
-    }
-    if let Err(e) = Command::new("unshare").arg("--version").output() {
-        println!("skipped: unshare (util-linux) is needed for a mount namespace: {e}");
+    if !can_unshare() {
         return;
     }
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
@@ -647,24 +644,13 @@ fn another_mount_namespace_libc_is_the_targets() {
     assert!(target_maps.contains(&fake.display().to_string()), "the target maps libc at the fake's path");
 
     let cwd = tempfile::tempdir().unwrap();
-    let args: Vec<&OsStr> = vec![
-        "attach".as_ref(),
-        pid.as_ref(),
-        "--duration".as_ref(),
-        "1".as_ref(),
-        "-f".as_ref(),
-        "work".as_ref(),
-    ];
-    let out = tool(&args, cwd.path(), Duration::from_secs(60), "attach (libc of another mount namespace)");
-    let err = text(&out.stderr);
-    std::thread::sleep(Duration::from_millis(200));
-    target.assert_running();
-    if out.status.success() {
-        // The profile is on stderr: the program owns stdout.
-        assert!(text(&out.stderr).contains("work"), "work reported: {}", text(&out.stderr));
-    } else {
-        assert!(err.contains("refused") || err.contains("not the file"), "a clear refusal: {err}");
-    }
+    attach_reports_or_refuses(
+        &mut target,
+        &["-f", "work"],
+        "work",
+        cwd.path(),
+        "attach (libc of another mount namespace)",
+    );
 }
 
 /// No literal temp-directory path in the non-test source: scratch files go

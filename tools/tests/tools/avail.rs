@@ -76,7 +76,8 @@ fn native_avail_checks_what_counts() {
 
 #[test]
 fn stat_counts_a_running_process_and_reports_bad_input() {
-    let mut child = Command::new(work()).args(["100", "2000"]).spawn().unwrap();
+    let work = work();
+    let mut child = Command::new(&work).args(["100", "2000"]).spawn().unwrap();
     // The kernel's own CPU time of the child (ns) around the tool's window.
     let schedstat = |pid: u32| -> f64 {
         let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).unwrap();

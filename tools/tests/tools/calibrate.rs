@@ -6,14 +6,10 @@ use std::process::Command;
 
 use papirus_calibrate::{CostFile, Registry};
 
+use crate::util::{calibration, cost_file};
+
 fn calibrate(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_papirus-calibrate"))
-        .args(args)
-        .output()
-        .expect("papirus-calibrate runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), stdout)
+    calibration(Command::new(env!("CARGO_BIN_EXE_papirus-calibrate")), args)
 }
 
 #[test]
@@ -41,18 +37,7 @@ fn quick_json_validates_against_the_schema_and_round_trips() {
     let path = dir.path().join("costs.json");
     let (ok, _) = calibrate(&["--quick", "-d", "8", "--json", path.to_str().unwrap()]);
     assert!(ok);
-    let text = std::fs::read_to_string(&path).unwrap();
-    let instance: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let schema_text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../calibrate/schema/costfile.schema.json"
-    ))
-    .unwrap();
-    let schema: serde_json::Value = serde_json::from_str(&schema_text).unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> =
-        validator.iter_errors(&instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    let (instance, validator) = cost_file(&path);
     // The schema really constrains: a cost without its cycles is rejected.
     let mut broken = instance.clone();
     broken["costs"][0].as_object_mut().unwrap().remove("cycles");

@@ -11,23 +11,13 @@ use std::process::Command;
 use papirus_probe_abi::{NodeReport, Report, ThreadReport};
 
 fn exe(src: &str, name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("callpath");
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut cc = papirus_testkit::Cc::new(crate::util::source(src));
-    cc.arg("-pthread");
-    cc.build(&dir, name)
+    papirus_testkit::Cc::new(crate::util::source(src))
+        .arg("-pthread")
+        .build(papirus_testkit::shared_scratch(), name)
 }
 
 fn run(program: &Path, out: &Path, extra: &[&str]) -> Report {
-    let o = Command::new(crate::util::probe())
-        .arg("run")
-        .args(extra)
-        .arg("-o")
-        .arg(out)
-        .arg("--")
-        .arg(program)
-        .output()
-        .unwrap();
+    let o = crate::util::probe_run(out, extra, [program]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&std::fs::read(out).unwrap()).unwrap()
 }
@@ -121,7 +111,7 @@ fn node<'a>(r: &Report, t: &'a ThreadReport, path: &[&str]) -> &'a NodeReport {
 
 #[test]
 fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
-    let dir = crate::util::scratch();
+    let dir = papirus_testkit::scratch();
     let demo =
         run(&exe("probe_program.c", "callpath_demo"), &dir.path().join("demo.json"), &["--per-thread"]);
     assert_eq!(demo.threads.len(), 5);
@@ -175,21 +165,21 @@ fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
         demo.threads.iter().find(|t| t.tid == demo.pid).unwrap().tree.iter().map(|n| n.calls).sum();
     assert_eq!(placed + main.node_overflow, all, "every call is placed or counted as overflow");
 
-    // C++ exceptions: run → ex1 → ex2 → ex3; four of six calls throw from ex3 to run's catch.
+    // C++ exceptions: run_exc → ex1 → ex2 → ex3; four of six calls throw from ex3 to its catch.
     let exc = run(&exe("probe_program_exc.cpp", "callpath_exc"), &dir.path().join("exc.json"), &[]);
     let t = &exc.threads[0];
     check_consistent(&exc, t);
-    let path = ["main", "run(int)", "ex1(int)", "ex2(int)", "ex3(int)"];
+    let path = ["main", "run_exc(int)", "ex1(int)", "ex2(int)", "ex3(int)"];
     for depth in 3..=path.len() {
         let n = node(&exc, t, &path[..depth]);
         assert_eq!((n.calls, n.exits, n.unwound), (6, 2, 4), "{:?}", &path[..depth]);
     }
-    assert_eq!(node(&exc, t, &path[..2]).exits, 6, "run catches every exception");
+    assert_eq!(node(&exc, t, &path[..2]).exits, 6, "run_exc catches every exception");
 }
 
 #[test]
 fn report_json_follows_its_schema_and_the_text_tree_is_bounded() {
-    let dir = crate::util::scratch();
+    let dir = papirus_testkit::scratch();
     let out = dir.path().join("demo.json");
     let r = run(&exe("probe_program.c", "callpath_schema"), &out, &[]);
     let schema: serde_json::Value = serde_json::from_str(

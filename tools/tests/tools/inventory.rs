@@ -8,6 +8,7 @@ use std::process::{Child, Command, Stdio};
 
 use papirus_probe::inventory::{Inventory, Patchability, Reason};
 use papirus_substrate::elf::{ElfFile, SymbolKind};
+use papirus_testkit::{Cc, skip};
 use serde_json::Value;
 
 /// A private scratch directory (mkdtemp), removed on drop.
@@ -93,26 +94,12 @@ int counter;
 int main(void) { return 0; }
 "#;
 
-/// Compiles `source` with `compiler`; `None`, with the reason printed, when it cannot run.
-fn compile(
-    dir: &Scratch,
-    compiler: &str,
-    ext: &str,
-    name: &str,
-    source: &str,
-    flags: &[&str],
-) -> Option<PathBuf> {
-    let src = dir.path(&format!("{name}.{ext}"));
-    std::fs::write(&src, source).unwrap();
-    let out = dir.path(name);
-    match Command::new(compiler).args(["-O1", "-g"]).args(flags).arg(&src).arg("-o").arg(&out).output() {
-        Ok(o) if o.status.success() => Some(out),
-        Ok(o) => panic!("{compiler} {flags:?} failed: {}", String::from_utf8_lossy(&o.stderr)),
-        Err(e) => {
-            eprintln!("skipping: cannot run {compiler}: {e}");
-            None
-        }
-    }
+/// Compiles `source` (C, or C++ for `ext` "cpp") at -O1 into `dir/name`.
+fn compile(dir: &Scratch, ext: &str, name: &str, source: &str, flags: &[&str]) -> PathBuf {
+    Cc::from_text(dir.0.path(), &format!("{name}.{ext}"), source)
+        .opt("-O1")
+        .args(flags)
+        .build(dir.0.path(), name)
 }
 
 /// Runs a tool, `None` with the reason printed when it is not installed.
@@ -147,20 +134,12 @@ fn nm_functions(file: &Path, nm_args: &[&str], types: &[&str]) -> Option<BTreeSe
     let elf = ElfFile::open(file).unwrap();
     let in_code =
         |a: u64| elf.sections().iter().any(|s| s.executable && (s.address..s.address + s.size).contains(&a));
-    let text = tool("nm", nm_args, file)?;
+    let symbols = papirus_testkit::nm(file, nm_args)?;
     Some(
-        text.lines()
-            .filter_map(|l| {
-                let parts: Vec<&str> = l.split_whitespace().collect();
-                let (addr, size, ty, name) = match parts[..] {
-                    [a, s, t, n] => (a, s, t, n),
-                    [a, t, n] => (a, "0", t, n),
-                    _ => return None,
-                };
-                let addr = u64::from_str_radix(addr, 16).ok()?;
-                (types.contains(&ty) && in_code(addr))
-                    .then(|| (name.to_string(), addr, u64::from_str_radix(size, 16).unwrap()))
-            })
+        symbols
+            .into_iter()
+            .filter(|s| types.contains(&s.kind.as_str()) && in_code(s.address))
+            .map(|s| (s.name, s.address, s.size))
             .collect(),
     )
 }
@@ -197,7 +176,7 @@ fn in_dynsym(f: &Value) -> bool {
 #[test]
 fn c_program_agrees_with_nm_and_strip() {
     let dir = Scratch::new("c");
-    let Some(exe) = compile(&dir, "gcc", "c", "prog", C_PROGRAM, &["-rdynamic"]) else { return };
+    let exe = compile(&dir, "c", "prog", C_PROGRAM, &["-rdynamic"]);
     let Some(expected) = nm_functions(&exe, &["--defined-only", "-S"], &["T", "t", "W"]) else { return };
     let v = list_json(&[exe.to_str().unwrap()]);
     let module = &v["modules"][0];
@@ -260,7 +239,7 @@ fn libc_agrees_with_nm_dynamic() {
 #[test]
 fn cpp_names_are_demangled() {
     let dir = Scratch::new("cpp");
-    let Some(exe) = compile(&dir, "g++", "cpp", "shapes", CPP_PROGRAM, &[]) else { return };
+    let exe = compile(&dir, "cpp", "shapes", CPP_PROGRAM, &[]);
     let Some(nm_c) = tool("nm", &["--defined-only", "-C"], &exe) else { return };
     let Some(nm_raw) = tool("nm", &["--defined-only"], &exe) else { return };
     // The same lines in the same order: mangled and demangled side by side.
@@ -307,7 +286,7 @@ fn cpp_names_are_demangled() {
 #[test]
 fn running_process_addresses_match() {
     let dir = Scratch::new("pid");
-    let Some(exe) = compile(&dir, "gcc", "c", "waiter", C_PROGRAM, &[]) else { return };
+    let exe = compile(&dir, "c", "waiter", C_PROGRAM, &[]);
     let child = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut child = Reaped(child);
     let mut line = String::new();
@@ -365,37 +344,18 @@ fn running_process_addresses_match() {
 fn needed_libraries_match_ldd() {
     let dir = Scratch::new("libs");
     std::fs::create_dir_all(dir.path("lib")).unwrap();
-    let lib_src = dir.path("shapes_lib.c");
-    std::fs::write(&lib_src, "int papirus_lib_fn(int x) { return x * 7; }\n").unwrap();
-    let lib = dir.path("lib/libpapirus_t.so");
     // The library itself needs libm: a dependency found transitively.
-    match Command::new("gcc")
-        .args(["-shared", "-fPIC", "-O1", "-o"])
-        .arg(&lib)
-        .arg(&lib_src)
+    let lib = Cc::from_text(dir.0.path(), "shapes_lib.c", "int papirus_lib_fn(int x) { return x * 7; }\n")
+        .opt("-O1")
+        .shared()
         .args(["-Wl,--no-as-needed", "-lm"])
-        .status()
-    {
-        Ok(s) => assert!(s.success()),
-        Err(e) => {
-            eprintln!("skipping: cannot run gcc: {e}");
-            return;
-        }
-    }
-    let main_src = dir.path("uses_lib.c");
-    std::fs::write(&main_src, "int papirus_lib_fn(int);\nint main(int c, char **v) { (void)v; return papirus_lib_fn(c) == 7 ? 0 : 1; }\n").unwrap();
-    let exe = dir.path("uses_lib");
-    // Libraries after the source, or the linker drops them.
-    let status = Command::new("gcc")
-        .arg(&main_src)
-        .arg("-o")
-        .arg(&exe)
+        .build(&dir.path("lib"), "libpapirus_t.so");
+    let main = "int papirus_lib_fn(int);\nint main(int c, char **v) { (void)v; return papirus_lib_fn(c) == 7 ? 0 : 1; }\n";
+    let exe = Cc::from_text(dir.0.path(), "uses_lib.c", main)
         .args(["-Wl,--no-as-needed", "-Wl,-rpath,$ORIGIN/lib", "-L"])
         .arg(dir.path("lib"))
         .arg("-lpapirus_t")
-        .status()
-        .unwrap();
-    assert!(status.success());
+        .build(dir.0.path(), "uses_lib");
     let Some(ldd) = tool("ldd", &[], &exe) else { return };
     let canon = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|e| panic!("{p}: {e}"));
     let expected: BTreeSet<PathBuf> = ldd
@@ -434,7 +394,7 @@ fn needed_libraries_match_ldd() {
 #[test]
 fn deleted_non_pie_executable() {
     let dir = Scratch::new("deleted");
-    let Some(exe) = compile(&dir, "gcc", "c", "gone", C_PROGRAM, &["-no-pie"]) else { return };
+    let exe = compile(&dir, "c", "gone", C_PROGRAM, &["-no-pie"]);
     let child = Command::new(&exe).arg("wait").stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let mut child = Reaped(child);
     let mut line = String::new();
@@ -458,7 +418,7 @@ fn deleted_non_pie_executable() {
 #[test]
 fn patchability_precheck() {
     let dir = Scratch::new("patch");
-    let Some(exe) = compile(&dir, "gcc", "c", "shapes", ASM_FUNCTIONS, &[]) else { return };
+    let exe = compile(&dir, "c", "shapes", ASM_FUNCTIONS, &[]);
     let inv = Inventory::of_file(&exe).unwrap();
     let m = &inv.modules[0];
     let check =
@@ -476,10 +436,14 @@ fn patchability_precheck() {
         Reason::Refused { why } => why,
         r => panic!("{name}: expected the patcher's refusal, got {r}"),
     };
-    // Too short for a 5-byte jump and no padding after it: a 2-byte jump to a
-    // hop in dead padding nearby covers its first instruction.
-    let tiny = check("f_tiny");
-    assert!(matches!(tiny, Patchability::Patchable(_)) && tiny.to_string().contains("hop"), "{tiny}");
+    // Too short for a 5-byte jump, f_endbr (entered by f_thunk) right after
+    // it, and the only dead padding in a hop's reach lies before two other
+    // functions, which the hop's patch would rewrite: refused, as `run` refuses it.
+    let tiny = reason("f_tiny");
+    assert!(
+        matches!(&tiny, Reason::Entered { why, .. } if why.ends_with("without other code between")),
+        "{tiny}"
+    );
     assert!(refused("f_int3").starts_with("`int3` at +0x1 ends the code"));
     assert_eq!(reason("f_nosize"), Reason::UnknownSize);
     // A return or jump within the first 5 bytes: what follows it is overwritten, not moved.
@@ -557,16 +521,12 @@ fn bad_input_is_a_clear_error() {
     let me = std::env::current_exe().unwrap();
     fails_with(&["list", me.to_str().unwrap(), "--module", "nomatch"], "no module matches `nomatch`");
     // A stripped static executable has neither .symtab nor .dynsym.
-    let src = dir.path("static.c");
-    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
-    let exe = dir.path("static");
-    match Command::new("gcc").args(["-static", "-s", "-o"]).arg(&exe).arg(&src).output() {
-        Ok(o) if o.status.success() => fails_with(&["list", exe.to_str().unwrap()], "no function symbols"),
-        Ok(o) => eprintln!(
-            "skipping the symbol-less case: no static libc here: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        ),
-        Err(e) => eprintln!("skipping the symbol-less case: cannot run gcc: {e}"),
+    match Cc::from_text(dir.0.path(), "static.c", "int main(void) { return 0; }\n")
+        .args(["-static", "-s"])
+        .try_build(dir.0.path(), "static")
+    {
+        Ok(exe) => fails_with(&["list", exe.to_str().unwrap()], "no function symbols"),
+        Err(e) => skip(format!("the symbol-less case: no static libc here: {e}")),
     }
     not_permitted();
     let out = probe(&["list"]);

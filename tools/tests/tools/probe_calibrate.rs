@@ -12,15 +12,12 @@ use papirus_tools::probe_costs::{
     COUNTERS, EMPTY, ROWS, UFTRACE, UNINSTRUMENTED, UPROBE_NOP5, UPROBE_TYPICAL, WALLCLOCK,
 };
 
+use crate::util::{calibration, cost_file};
+
 fn probe_calibrate(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
-        .arg("calibrate")
-        .args(args)
-        .output()
-        .expect("papirus-probe runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), stdout)
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_papirus-probe"));
+    cmd.arg("calibrate");
+    calibration(cmd, args)
 }
 
 fn uftrace_installed() -> bool {
@@ -28,7 +25,7 @@ fn uftrace_installed() -> bool {
 }
 
 fn gcc_runs() -> bool {
-    Command::new("gcc").arg("--version").output().is_ok_and(|o| o.status.success())
+    papirus_testkit::runs("gcc", &["--version"])
 }
 
 #[test]
@@ -38,18 +35,7 @@ fn probe_rows_are_in_a_valid_cost_file() {
     let (ok, out) = probe_calibrate(&["--quick", "--only", "probe", "--json", path.to_str().unwrap()]);
     assert!(ok, "papirus-probe calibrate failed");
 
-    let text = std::fs::read_to_string(&path).unwrap();
-    let instance: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let schema_text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../calibrate/schema/costfile.schema.json"
-    ))
-    .unwrap();
-    let schema: serde_json::Value = serde_json::from_str(&schema_text).unwrap();
-    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
-    let errors: Vec<String> =
-        validator.iter_errors(&instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
-    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    let (instance, _) = cost_file(&path);
 
     let file = CostFile::load(&path).expect("the reader accepts the file");
     assert_eq!(serde_json::to_value(&file).unwrap(), instance, "reader round trip");
@@ -142,14 +128,8 @@ fn run_with_a_cost_file_predicts_the_overhead() {
     let (ok, _) = probe_calibrate(&["--quick", "--only", "probe", "--json", costs.to_str().unwrap()]);
     assert!(ok);
     let file = CostFile::load(&costs).unwrap();
-    let program = dir.path().join("probe_program");
-    let built = Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&program)
-        .arg(crate::util::DEMO)
-        .status()
-        .unwrap();
-    assert!(built.success());
+    let program =
+        papirus_testkit::Cc::new(crate::util::DEMO).arg("-pthread").build(dir.path(), "probe_program");
     let report = dir.path().join("report.json");
     let out = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
         .args(["run", "--costs"])

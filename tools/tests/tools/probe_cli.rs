@@ -8,7 +8,10 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
+use papirus_testkit::{Cc, target};
 use tempfile::TempDir;
+
+use crate::util::probe_run;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
 
@@ -23,35 +26,14 @@ struct Built {
     program: PathBuf,
 }
 
-fn gcc(args: &[&std::ffi::OsStr]) {
-    let status = Command::new("gcc").args(args).status().expect("gcc runs");
-    assert!(status.success(), "gcc {args:?}");
-}
-
 fn build() -> Built {
     let dir = tempfile::tempdir().unwrap();
-    let targets = papirus_testkit::target("");
-    let lib = dir.path().join("libcli.so");
-    let program = dir.path().join("cli_program");
-    gcc(&[
-        "-O2".as_ref(),
-        "-shared".as_ref(),
-        "-fPIC".as_ref(),
-        "-o".as_ref(),
-        lib.as_ref(),
-        targets.join("cli_lib.c").as_ref(),
-    ]);
-    let rpath = format!("-Wl,-rpath,{}", dir.path().display());
-    let libdir = format!("-L{}", dir.path().display());
-    gcc(&[
-        "-O2".as_ref(),
-        "-o".as_ref(),
-        program.as_ref(),
-        targets.join("cli_program.c").as_ref(),
-        libdir.as_ref(),
-        "-lcli".as_ref(),
-        rpath.as_ref(),
-    ]);
+    Cc::new(target("cli_lib.c")).shared().build(dir.path(), "libcli.so");
+    let program = Cc::new(target("cli_program.c"))
+        .arg(format!("-L{}", dir.path().display()))
+        .arg("-lcli")
+        .arg(format!("-Wl,-rpath,{}", dir.path().display()))
+        .build(dir.path(), "cli_program");
     Built { dir, program }
 }
 
@@ -183,15 +165,9 @@ fn exclude_and_several_modules_in_one_run() {
     // Repeated, and from a file: long lists do not fit one argument.
     let globs = b.dir.path().join("exclude.txt");
     std::fs::write(&globs, "# leave out\nlib_d\n").unwrap();
-    let o = probe()
-        .args(["run", "--module", "main", "--module", "libcli.so", "--exclude", "lib_c", "--exclude"])
-        .arg(format!("@{}", globs.display()))
-        .arg("-o")
-        .arg(&json)
-        .arg("--")
-        .arg(&b.program)
-        .output()
-        .unwrap();
+    let from_file = format!("@{}", globs.display());
+    let opts = ["--module", "main", "--module", "libcli.so", "--exclude", "lib_c", "--exclude", &from_file];
+    let o = probe_run(&json, &opts, [&b.program]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let r: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -357,8 +333,7 @@ fn assert_consistent(what: &str, report: &str) {
 #[test]
 fn printed_reports_keep_inclusive_above_exclusive() {
     let dir = tempfile::tempdir().unwrap();
-    let program = dir.path().join("probe_program");
-    gcc(&["-O2".as_ref(), "-pthread".as_ref(), "-o".as_ref(), program.as_ref(), crate::util::DEMO.as_ref()]);
+    let program = Cc::new(crate::util::DEMO).arg("-pthread").build(dir.path(), "probe_program");
     // Recursion, longjmp and threads.
     let o = probe().args(["run", "--full", "--wide", "--"]).arg(&program).output().unwrap();
     let err = text(&o.stderr);
@@ -394,15 +369,8 @@ fn probe_cost_is_shown_and_subtracted() {
         .unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
     let json = dir.join("r.json");
-    let o = probe()
-        .args(["run", "--module", "main,libcli.so", "--costs"])
-        .arg(&costs)
-        .arg("-o")
-        .arg(&json)
-        .arg("--")
-        .arg(&b.program)
-        .output()
-        .unwrap();
+    let o =
+        probe_run(&json, &["--module", "main,libcli.so", "--costs", costs.to_str().unwrap()], [&b.program]);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
     assert!(err.contains("ns added per instrumented call") && err.contains("predicted"), "{err}");
@@ -453,9 +421,9 @@ fn libc_summary_is_short_and_printed_before_the_program_runs() {
 
 #[test]
 fn attach_to_another_users_process_without_output_file() {
-    // SAFETY: geteuid reads this process's credentials and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: starting a process as another user needs root (euid is not 0)");
+    // /proc/self belongs to the effective user.
+    if std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) != 0 {
+        papirus_testkit::skip("starting a process as another user needs root (euid is not 0)");
         return;
     }
     use std::os::unix::fs::PermissionsExt;

@@ -4,25 +4,13 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use papirus_probe_abi as rt;
+use papirus_testkit::{Built, Cc};
 
-fn exe(src: &str, out: &str, cxx: bool, extra: &[&str]) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("trampoline");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = crate::util::source(src);
-    let out = dir.join(out);
-    let ok = Command::new(if cxx { "g++" } else { "gcc" })
-        .args(["-O2", "-o"])
-        .arg(&out)
-        .arg(&src)
-        .args(extra)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "building {}", src.display());
-    out
+fn exe(src: &str, out: &str, extra: &[&str]) -> Built {
+    Cc::new(crate::util::source(src)).args(extra).built(out)
 }
 
 fn probe() -> Command {
@@ -47,8 +35,8 @@ fn run_both(program: &Path, json: &str) -> rt::Report {
 fn run_both_with(program: &Path, json: &str, opts: &[&str]) -> rt::Report {
     let plain = Command::new(program).output().unwrap();
     assert!(plain.status.success());
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(json);
-    let _ = std::fs::remove_file(&out);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(json);
     let probed = probe()
         .args(["run", "--per-thread"])
         .args(opts)
@@ -73,7 +61,7 @@ fn run_both_with(program: &Path, json: &str, opts: &[&str]) -> rt::Report {
 
 #[test]
 fn run_counts_every_call_and_keeps_the_output() {
-    let program = exe("probe_program.c", "probe_program", false, &["-pthread"]);
+    let program = exe("probe_program.c", "probe_program", &["-pthread"]);
     let r = run_both(&program, "probe_program.json");
     assert_eq!(r.format_version, rt::FORMAT_VERSION);
     assert_eq!(r.threads.len(), 5);
@@ -111,7 +99,7 @@ fn run_counts_every_call_and_keeps_the_output() {
 
 #[test]
 fn counters_probe_reads_the_events_per_function() {
-    let program = exe("probe_program.c", "probe_program_counters", false, &["-pthread"]);
+    let program = exe("probe_program.c", "probe_program_counters", &["-pthread"]);
     let r = run_both_with(
         &program,
         "probe_program_counters.json",
@@ -147,14 +135,14 @@ fn counters_probe_reads_the_events_per_function() {
 /// count fails before the program runs with papirus-stat's own reason.
 #[test]
 fn counters_probe_events_resolve_as_papirus_stat_resolves_them() {
-    let program = exe("probe_program.c", "probe_program_presets", false, &["-pthread"]);
+    let program = exe("probe_program.c", "probe_program_presets", &["-pthread"]);
+    let dir = tempfile::tempdir().unwrap();
     for name in ["PAPI_TOT_CYC", "PAPI_TOT_INS", "perf::TASK-CLOCK"] {
         let stat = Command::new(env!("CARGO_BIN_EXE_papirus-stat"))
             .args(["-e", name, "--", "true"])
             .output()
             .unwrap();
-        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("presets-{name}.json"));
-        let _ = std::fs::remove_file(&out);
+        let out = dir.path().join(format!("presets-{name}.json"));
         let probed = probe()
             .args(["run", "--probe", "counters", "--events", name, "-o"])
             .arg(&out)
@@ -179,21 +167,22 @@ fn counters_probe_events_resolve_as_papirus_stat_resolves_them() {
 
 #[test]
 fn run_cxx_exceptions_reach_their_catch() {
-    let program = exe("probe_program_exc.cpp", "probe_program_exc", true, &[]);
+    let program = exe("probe_program_exc.cpp", "probe_program_exc", &[]);
     let r = run_both(&program, "probe_program_exc.json");
     let t = &r.threads[0];
     assert_eq!(r.threads.len(), 1);
     for n in ["ex1(int)", "ex2(int)", "ex3(int)"] {
         assert_eq!(counts(&r, t, n), [6, 2, 4], "{n}: 4 of 6 calls threw");
     }
-    assert_eq!(counts(&r, t, "run(int)"), [6, 6, 0]);
+    assert_eq!(counts(&r, t, "run_exc(int)"), [6, 6, 0]);
     assert_eq!(counts(&r, t, "main"), [1, 1, 0]);
 }
 
 #[test]
 fn report_sorts_and_filters() {
-    let program = exe("probe_program.c", "probe_program_report", false, &["-pthread"]);
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("probe_report.json");
+    let program = exe("probe_program.c", "probe_program_report", &["-pthread"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe_report.json");
     let ok = probe()
         .args(["run", "--functions", "fib,three", "-o"])
         .arg(&out)
@@ -229,7 +218,7 @@ fn attach_repeatedly_then_the_program_finishes_correctly() {
     let rounds: usize =
         std::env::var("PAPIRUS_ATTACH_ROUNDS").ok().and_then(|v| v.parse().ok()).unwrap_or(20);
     let secs: f64 = std::env::var("PAPIRUS_ATTACH_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(2.0);
-    let program = exe("probe_loop.c", "probe_loop", false, &[]);
+    let program = exe("probe_loop.c", "probe_loop", &[]);
     let plain = Command::new(&program).arg("10").output().unwrap();
     let expected_per_round: i64 = String::from_utf8_lossy(&plain.stdout)
         .lines()
@@ -243,15 +232,10 @@ fn attach_repeatedly_then_the_program_finishes_correctly() {
     let mut child = Command::new(&program).arg(n.to_string()).stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     assert_eq!(lines.next().unwrap().unwrap(), "ready");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("probe_attach.json");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("probe_attach.json");
     for round in 0..rounds {
-        let st = probe()
-            .arg("attach")
-            .arg(child.id().to_string())
-            .args(["--duration", &secs.to_string(), "-o"])
-            .arg(&out)
-            .output()
-            .unwrap();
+        let st = crate::util::probe_attach(child.id(), &[], &secs.to_string(), &out);
         assert!(st.status.success(), "round {round}: {}", String::from_utf8_lossy(&st.stderr));
         let r = report(&out);
         let f = r.total(r.id("f").unwrap());

@@ -9,18 +9,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
-use crate::util::{scratch, tool};
+use papirus_testkit::{scratch, shared_scratch};
+
+use crate::util::tool;
 
 /// The hot-function target, built once: -O0 with frame pointers (see the source).
 fn hot() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tools-profile");
-        std::fs::create_dir_all(&dir).unwrap();
         papirus_testkit::Cc::new(papirus_testkit::target("profile_hot.c"))
             .opt("-O0")
             .args(["-fno-omit-frame-pointer", "-pthread"])
-            .build(&dir, "profile_hot")
+            .build(shared_scratch(), "profile_hot")
     })
     .clone()
 }
@@ -37,7 +37,6 @@ fn text(b: &[u8]) -> String {
 /// `papirus-profile -e task-clock -F 1000 -g -- profile_hot 900` (about a
 /// second of CPU time, so about 1,000 samples).
 struct Recorded {
-    _dir: tempfile::TempDir,
     file: PathBuf,
     status: Option<i32>,
     stderr: String,
@@ -46,15 +45,14 @@ struct Recorded {
 fn recorded() -> &'static Recorded {
     static REC: OnceLock<Recorded> = OnceLock::new();
     REC.get_or_init(|| {
-        let dir = scratch();
-        let file = dir.path().join("hot.json");
+        let file = shared_scratch().join("hot.json");
         let o = run(tool("papirus-profile")
             .args(["-e", "task-clock", "-F", "1000", "-g", "-o"])
             .arg(&file)
             .arg("--")
             .arg(hot())
             .arg("900"));
-        Recorded { file, status: o.status.code(), stderr: text(&o.stderr), _dir: dir }
+        Recorded { file, status: o.status.code(), stderr: text(&o.stderr) }
     })
 }
 
@@ -175,7 +173,7 @@ fn profile_outputs_open_in_speedscope_and_chromium() {
             nodes.insert(frames[..i].join(";"));
         }
     }
-    let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("viewers");
+    let cache = crate::util::viewers();
     let loaded = match papirus_testkit::browser::open(&cache, &[pb.clone(), folded.clone(), svg.clone()]) {
         Ok(l) => l,
         Err(why) => return papirus_testkit::skip(format!("no speedscope/chromium: {why}")),

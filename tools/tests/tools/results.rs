@@ -3,31 +3,22 @@
 //! ends, bounded memory with many threads, forks, and nothing of papirus left
 //! in a target after detach.
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use papirus_probe_abi::{FORMAT_VERSION, Report};
+use papirus_testkit::{Built, Cc};
 
-/// The target, built once per test binary into its own temporary directory.
-fn target() -> &'static Path {
-    static T: std::sync::OnceLock<(tempfile::TempDir, PathBuf)> = std::sync::OnceLock::new();
-    &T.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let src = papirus_testkit::target("results_target.c");
-        let exe = dir.path().join("results_target");
-        let ok = Command::new("gcc")
-            .args(["-O2", "-pthread", "-fcf-protection=none", "-o"])
-            .arg(&exe)
-            .arg(&src)
-            .status()
-            .expect("gcc runs")
-            .success();
-        assert!(ok, "building {}", src.display());
-        (dir, exe)
-    })
-    .1
+use crate::util::{probe_attach, probe_run};
+
+/// The target, built for one test into a directory of its own.
+fn target() -> Built {
+    Cc::new(papirus_testkit::target("results_target.c"))
+        .args(["-pthread", "-fcf-protection=none"])
+        .built("results_target")
 }
 
 fn probe() -> Command {
@@ -44,19 +35,16 @@ fn calls(r: &Report, name: &str) -> u64 {
     r.total(r.id(name).unwrap_or_else(|| panic!("{name} not in the report"))).calls
 }
 
-/// Runs the target under `run` with a stale report in place; returns the
-/// new report and the tool's stderr.
-fn run(dir: &Path, args: &[&str]) -> (Report, String) {
+/// Runs the target `exe` under `run` with a stale report in place; returns
+/// the new report and the tool's stderr.
+fn run(exe: &Path, dir: &Path, args: &[&str]) -> (Report, String) {
     let out = dir.join("report.json");
     std::fs::write(&out, "stale").unwrap();
-    let o = probe()
-        .args(["run", "-f", "leaf,calls,worker,exiter,spawn_child", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(target())
-        .args(args)
-        .output()
-        .unwrap();
+    let o = probe_run(
+        &out,
+        &["-f", "leaf,calls,worker,exiter,spawn_child"],
+        [exe.as_os_str()].into_iter().chain(args.iter().map(OsStr::new)),
+    );
     let stderr = String::from_utf8_lossy(&o.stderr).to_string();
     // The target's own status passes on; 125–127 are papirus-probe's failures.
     assert!(!matches!(o.status.code(), None | Some(125..=127)), "{stderr}");
@@ -65,6 +53,7 @@ fn run(dir: &Path, args: &[&str]) -> (Report, String) {
 
 #[test]
 fn every_end_gets_a_report_of_what_ran() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
     for (mode, ended) in [
         ("exit0", "exit code 0"),
@@ -74,7 +63,7 @@ fn every_end_gets_a_report_of_what_ran() {
         ("segv", "killed by SIGSEGV"),
         ("exec", "execve, then exit code 0"),
     ] {
-        let (r, _) = run(dir.path(), &[mode]);
+        let (r, _) = run(&exe, dir.path(), &[mode]);
         assert_eq!(calls(&r, "leaf"), 1000, "{mode}");
         assert_eq!(calls(&r, "calls"), 1, "{mode}");
         assert_eq!(r.processes.len(), 1, "{mode}");
@@ -86,6 +75,7 @@ fn every_end_gets_a_report_of_what_ran() {
 
 #[test]
 fn sigkill_from_outside_gets_a_report() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report.json");
     std::fs::write(&out, "stale").unwrap();
@@ -93,7 +83,7 @@ fn sigkill_from_outside_gets_a_report() {
         .args(["run", "-f", "leaf,calls", "-o"])
         .arg(&out)
         .arg("--")
-        .arg(target())
+        .arg(&exe)
         .arg("pause")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -117,8 +107,9 @@ fn sigkill_from_outside_gets_a_report() {
 
 #[test]
 fn forked_children_are_processes_of_their_own() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let (r, _) = run(dir.path(), &["fork"]);
+    let (r, _) = run(&exe, dir.path(), &["fork"]);
     assert_eq!(calls(&r, "leaf"), 4 * 1000);
     assert_eq!(calls(&r, "calls"), 4);
     // Called three times in the parent, returned from in the parent and in each child.
@@ -142,8 +133,9 @@ fn forked_children_are_processes_of_their_own() {
 
 #[test]
 fn thousands_of_short_threads_stay_bounded() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let (r, stderr) = run(dir.path(), &["threads", "2000"]);
+    let (r, stderr) = run(&exe, dir.path(), &["threads", "2000"]);
     assert_eq!(calls(&r, "leaf"), 1000 + 2000 * 10);
     assert_eq!(calls(&r, "worker") + calls(&r, "exiter"), 2000);
     // pthread_exit leaves its frames unwound, not open.
@@ -159,16 +151,14 @@ fn thousands_of_short_threads_stay_bounded() {
 
 #[test]
 fn thread_rss_growth_under_run_is_bounded() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("report.json");
-    let o = probe()
-        .args(["run", "-f", "leaf,calls,worker,exiter", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(target())
-        .args(["threads", "2000"])
-        .output()
-        .unwrap();
+    let o = probe_run(
+        &out,
+        &["-f", "leaf,calls,worker,exiter"],
+        [exe.as_os_str(), "threads".as_ref(), "2000".as_ref()],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let rss = |stdout: &[u8]| -> Vec<i64> {
         let text = String::from_utf8_lossy(stdout).to_string();
@@ -177,7 +167,7 @@ fn thread_rss_growth_under_run_is_bounded() {
         line.split(' ').map(|v| v.parse().unwrap()).collect()
     };
     let kb = rss(&o.stdout);
-    let plain = rss(&Command::new(target()).args(["threads", "2000"]).output().unwrap().stdout);
+    let plain = rss(&Command::new(&exe).args(["threads", "2000"]).output().unwrap().stdout);
     eprintln!(
         "target RSS over 2,000 threads: {} kB -> {} kB under run; {} kB -> {} kB uninstrumented",
         kb[0], kb[1], plain[0], plain[1]
@@ -189,8 +179,8 @@ fn thread_rss_growth_under_run_is_bounded() {
 struct Looper(std::process::Child);
 
 impl Looper {
-    fn start() -> Looper {
-        let mut c = Command::new(target()).arg("loop").stdout(Stdio::piped()).spawn().unwrap();
+    fn start(exe: &Path) -> Looper {
+        let mut c = Command::new(exe).arg("loop").stdout(Stdio::piped()).spawn().unwrap();
         let mut line = String::new();
         BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         Looper(c)
@@ -246,17 +236,14 @@ impl Drop for Looper {
 }
 
 fn attach(pid: i32, out: &Path, secs: &str) -> std::process::Output {
-    probe()
-        .args(["attach", &pid.to_string(), "-f", "leaf,calls", "--duration", secs, "-o"])
-        .arg(out)
-        .output()
-        .unwrap()
+    probe_attach(pid, &["-f", "leaf,calls"], secs, out)
 }
 
 #[test]
 fn nothing_stays_after_detach() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Looper::start();
+    let exe = target();
+    let t = Looper::start(&exe);
     let before = papirus_lines(&t.maps());
     for round in 0..3 {
         let out = dir.path().join(format!("attach{round}.json"));
@@ -297,12 +284,9 @@ fn a_preloaded_runtime_stays_and_serves_every_attach() {
         .parent()
         .unwrap()
         .join("deps/libpapirus_probe_runtime.so");
-    let mut c = Command::new(target())
-        .arg("loop")
-        .env("LD_PRELOAD", &runtime)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let exe = target();
+    let mut c =
+        Command::new(&exe).arg("loop").env("LD_PRELOAD", &runtime).stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let t = Looper(c);
@@ -324,8 +308,9 @@ fn a_preloaded_runtime_stays_and_serves_every_attach() {
 /// unmaps it and nothing of the trampolines stays.
 #[test]
 fn a_page_a_stack_word_points_into_stays_until_the_word_goes() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Command::new(target()).arg("hold").stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = Command::new(&exe).arg("hold").stdout(Stdio::piped()).spawn().unwrap();
     let mut lines = BufReader::new(c.stdout.take().unwrap()).lines();
     let t = Looper(c);
     assert!(lines.next().unwrap().unwrap().starts_with("ready"));
@@ -361,7 +346,8 @@ fn a_page_a_stack_word_points_into_stays_until_the_word_goes() {
 #[test]
 fn a_second_attach_is_refused_naming_the_first() {
     let dir = tempfile::tempdir().unwrap();
-    let t = Looper::start();
+    let exe = target();
+    let t = Looper::start(&exe);
     let out1 = dir.path().join("first.json");
     let mut first = probe()
         .args(["attach", &t.pid().to_string(), "-f", "leaf,calls", "--duration", "3", "-o"])
@@ -388,18 +374,16 @@ fn a_second_attach_is_refused_naming_the_first() {
 
 #[test]
 fn per_thread_keeps_a_bounded_number_of_ended_threads() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let (r, _) = run(dir.path(), &["threads", "2000"]);
+    let (r, _) = run(&exe, dir.path(), &["threads", "2000"]);
     let folded_by_default = r.threads.len();
     let out = dir.path().join("per-thread.json");
-    let o = probe()
-        .args(["run", "--per-thread", "-f", "leaf,calls,worker,exiter", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(target())
-        .args(["threads", "2000"])
-        .output()
-        .unwrap();
+    let o = probe_run(
+        &out,
+        &["--per-thread", "-f", "leaf,calls,worker,exiter"],
+        [exe.as_os_str(), "threads".as_ref(), "2000".as_ref()],
+    );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = read(&out);
     assert_eq!(calls(&r, "leaf"), 1000 + 2000 * 10);
@@ -424,8 +408,9 @@ fn rss_kb(pid: i32) -> u64 {
 
 #[test]
 fn attaches_to_a_thread_churning_target_stay_bounded() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Command::new(target()).arg("churn").stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = Command::new(&exe).arg("churn").stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let t = Looper(c);
@@ -458,8 +443,9 @@ fn attaches_to_a_thread_churning_target_stay_bounded() {
 
 #[test]
 fn children_forked_during_attach_are_restored() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Command::new(target()).args(["forkloop", "4"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = Command::new(&exe).args(["forkloop", "4"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut stdout = BufReader::new(c.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
@@ -485,16 +471,11 @@ fn children_forked_during_attach_are_restored() {
 
 #[test]
 fn calls_deeper_than_the_shadow_stack_are_counted_and_said() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("deep.json");
-    let o = probe()
-        .args(["run", "-f", "rec", "-o"])
-        .arg(&out)
-        .arg("--")
-        .arg(target())
-        .arg("deep")
-        .output()
-        .unwrap();
+    let o =
+        probe().args(["run", "-f", "rec", "-o"]).arg(&out).arg("--").arg(&exe).arg("deep").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r = read(&out);
     // The tree holds the 4,096 levels the shadow stack tracks; deeper calls
@@ -587,19 +568,7 @@ fn http_server_survives_ten_attaches_of_libpython() {
     let mut notes = Vec::new();
     for round in 0..10 {
         let out = dir.path().join("python.json");
-        let o = probe()
-            .args([
-                "attach",
-                &server.pid().to_string(),
-                "-m",
-                "libpython3.11.so.1.0",
-                "--duration",
-                "1",
-                "-o",
-            ])
-            .arg(&out)
-            .output()
-            .unwrap();
+        let o = probe_attach(server.pid(), &["-m", "libpython3.11.so.1.0"], "1", &out);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(o.status.success(), "round {round}: {err}");
         assert!(read(&out).functions.len() > 1000);
@@ -640,18 +609,21 @@ fn http_server_survives_ten_attaches_of_libpython() {
 
 #[test]
 fn run_kills_what_it_cannot_instrument() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("static.c");
-    std::fs::write(&src, "int main(void) { for (;;) ; }\n").unwrap();
-    let exe = dir.path().join("static");
-    let built = Command::new("gcc").args(["-O2", "-static", "-o"]).arg(&exe).arg(&src).status().unwrap();
-    if !built.success() {
-        eprintln!("skipped: gcc cannot link a static program here (no static libc)");
-        return;
-    }
+    let static_exe = match Cc::from_text(dir.path(), "static.c", "int main(void) { for (;;) ; }\n")
+        .arg("-static")
+        .try_build(dir.path(), "static")
+    {
+        Ok(static_exe) => static_exe,
+        Err(e) => {
+            papirus_testkit::skip(format!("gcc cannot link a static program here (no static libc): {e}"));
+            return;
+        }
+    };
     let out = dir.path().join("r.json");
     // A static program cannot load the runtime: refused before it is started.
-    let o = probe().args(["run", "-f", "main", "-o"]).arg(&out).arg("--").arg(&exe).output().unwrap();
+    let o = probe().args(["run", "-f", "main", "-o"]).arg(&out).arg("--").arg(&static_exe).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(err.contains("statically linked"), "{err}");
@@ -661,7 +633,7 @@ fn run_kills_what_it_cannot_instrument() {
         .args(["run", "-f", "no_such_function*", "-o"])
         .arg(&out)
         .arg("--")
-        .arg(target())
+        .arg(&exe)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -674,8 +646,9 @@ fn run_kills_what_it_cannot_instrument() {
 
 #[test]
 fn a_target_ending_during_attach_still_gets_its_report() {
+    let exe = target();
     let dir = tempfile::tempdir().unwrap();
-    let mut c = Command::new(target()).args(["forkloop", "1"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut c = Command::new(&exe).args(["forkloop", "1"]).stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(c.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
     let out = dir.path().join("ended.json");

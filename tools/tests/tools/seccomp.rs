@@ -4,7 +4,9 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 
-use crate::util::{probe, scratch};
+use papirus_testkit::scratch;
+
+use crate::util::probe;
 
 #[test]
 fn seccomp_target_refused_without_cap_sys_admin() {

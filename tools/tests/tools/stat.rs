@@ -6,63 +6,32 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use papirus_testkit::{Cc, debian_package, runs, skip, target};
+
 use crate::util::tool;
 
-/// `prog N PAGES MS`: calls `solve` N times, makes N write(2) calls (to a
-/// bad descriptor: counted by the tracepoint, nothing printed), touches
-/// PAGES fresh pages, then burns MS ms of CPU time.
-const PROG_C: &str = r#"
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/mman.h>
-__attribute__((noinline)) long solve(long i) { __asm__ volatile(""); return i * 3 + 1; }
-int main(int argc, char **argv) {
-    long n = atol(argv[1]), pages = atol(argv[2]), ms = atol(argv[3]), s = 0;
-    for (long i = 0; i < n; i++) { s += solve(i); if (write(-1, "", 0) != -1) return 5; }
-    char *p = mmap(0, pages * 4096 + 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return 4;
-    madvise(p, pages * 4096 + 4096, MADV_NOHUGEPAGE);
-    for (long i = 0; i < pages; i++) p[i * 4096] = 1;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-    volatile unsigned long x = s;
-    do {
-        for (int i = 0; i < 100000; i++) x += i;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
-    return 0;
-}
-"#;
-
-/// Builds the program (non-PIE, so perf's `mem:ADDR` is a fixed address) in `dir`.
+/// The `work` target (`work PAGES MS CALLS`: calls `solve` CALLS times,
+/// each with a write(2) to a bad descriptor, touches PAGES fresh pages,
+/// then burns MS ms of CPU time), built non-PIE so perf's `mem:ADDR` is a
+/// fixed address.
 fn build(dir: &Path) -> PathBuf {
     build_as(dir, "prog", "-no-pie")
 }
 
-/// Builds the program as `dir/name` with gcc's `-pie` or `-no-pie`.
+/// The `work` target as `dir/name`, built with gcc's `-pie` or `-no-pie`.
 fn build_as(dir: &Path, name: &str, pie: &str) -> PathBuf {
-    let src = dir.join("prog.c");
-    std::fs::write(&src, PROG_C).unwrap();
-    let bin = dir.join(name);
-    let out = Command::new("gcc").args(["-O1", pie, "-o"]).arg(&bin).arg(&src).output().expect("gcc runs");
-    assert!(out.status.success(), "gcc: {}", String::from_utf8_lossy(&out.stderr));
-    bin
+    Cc::new(target("work.c")).arg(pie).build(dir, name)
 }
 
-/// perf, installed with apt-get (linux-perf) when missing; `None` (with the reason printed) when that fails.
+/// perf, installed from Debian's linux-perf when missing; `None` (with the reason printed) when that fails.
 fn find_perf() -> Option<&'static str> {
-    let have = || Command::new("perf").arg("--version").output().is_ok_and(|o| o.status.success());
-    if have() {
-        return Some("perf");
+    match debian_package("linux-perf", || runs("perf", &["--version"])) {
+        Ok(()) => Some("perf"),
+        Err(why) => {
+            skip(why);
+            None
+        }
     }
-    let installed = Command::new("apt-get").arg("update").status().is_ok_and(|s| s.success())
-        && Command::new("apt-get").args(["install", "-y", "linux-perf"]).status().is_ok_and(|s| s.success());
-    if installed && have() {
-        return Some("perf");
-    }
-    eprintln!("SKIP: perf is missing and `apt-get install -y linux-perf` did not provide it");
-    None
 }
 
 /// A `perf probe` uprobe event, deleted on drop.
@@ -114,13 +83,13 @@ fn run(cmd: &mut Command) -> Output {
 fn stat_agrees_with_perf_stat_on_the_same_command() {
     let Some(perf) = find_perf() else { return };
     if let Err(why) = papirus_substrate::names::ensure_tracefs() {
-        eprintln!("SKIP: {why}");
+        skip(why);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let bin = build(dir.path());
     let n = 1000;
-    let args = [n.to_string(), "20000".into(), "150".into()];
+    let args = ["20000".into(), "150".into(), n.to_string()];
     let nm = run(Command::new("nm").arg(&bin));
     let addr = String::from_utf8_lossy(&nm.stdout)
         .lines()
@@ -129,7 +98,7 @@ fn stat_agrees_with_perf_stat_on_the_same_command() {
     let probe = match PerfProbe::add(perf, &bin, "solve") {
         Ok(p) => p,
         Err(why) => {
-            eprintln!("SKIP: perf probe cannot add a uprobe here: {why}");
+            skip(format!("perf probe cannot add a uprobe here: {why}"));
             return;
         }
     };
@@ -188,7 +157,7 @@ fn stat_repeats_intervals_and_atomic_groups() {
     let o = run(tool("papirus-stat")
         .args(["-r", "5", "-e", "task-clock,page-faults", "--"])
         .arg(&bin)
-        .args(["10", "100", "5"]));
+        .args(["100", "5", "10"]));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(err.contains("(5 runs)") && err.matches("( +- ").count() >= 3, "{err}");
@@ -196,7 +165,7 @@ fn stat_repeats_intervals_and_atomic_groups() {
     let o = run(tool("papirus-stat")
         .args(["-I", "100", "-x,", "-e", "task-clock", "--"])
         .arg(&bin)
-        .args(["1", "1", "350"]));
+        .args(["1", "350", "1"]));
     let err = String::from_utf8_lossy(&o.stderr);
     let stamps: Vec<f64> = err.lines().filter_map(|l| l.split(',').next()?.trim().parse().ok()).collect();
     assert!(stamps.len() >= 3 && stamps.windows(2).all(|w| w[0] < w[1]), "{err}");
@@ -207,7 +176,7 @@ fn stat_repeats_intervals_and_atomic_groups() {
         .arg(&out)
         .args(["-e", "{task-clock,page-faults},duration_time", "--"])
         .arg(&bin)
-        .args(["10", "500", "20"]));
+        .args(["500", "20", "10"]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let j: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let ev = j["events"].as_array().unwrap();
@@ -279,12 +248,12 @@ fn stat_output_is_never_written_through_a_link() {
 #[test]
 fn stat_resolves_symbols_in_a_running_process() {
     if let Err(why) = papirus_substrate::names::ensure_tracefs() {
-        eprintln!("SKIP: {why}");
+        skip(why);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let bin = build_as(dir.path(), "pie", "-pie");
-    let mut child = Command::new(&bin).args(["1000000000", "1", "1"]).spawn().unwrap();
+    let mut child = Command::new(&bin).args(["1", "1", "1000000000"]).spawn().unwrap();
     let out = dir.path().join("counts.json");
     let o = run(tool("papirus-stat").args(["-j", "--per-thread", "-o"]).arg(&out).args([
         "-e",
@@ -314,7 +283,7 @@ fn stat_counts_cpus_system_wide() {
     let err = String::from_utf8_lossy(&o.stderr);
     if !o.status.success() {
         assert!(err.contains("not permitted"), "{err}");
-        eprintln!("SKIP: {err}");
+        skip(err);
         return;
     }
     let ms: f64 = err.lines().find_map(|l| l.split(',').next()?.parse().ok()).expect("a CSV line");

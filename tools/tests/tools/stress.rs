@@ -15,7 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const STRESS_SRC: &str = include_str!("../../../testkit/targets/stress.c");
+use papirus_testkit::{Cc, target};
+
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
 
 fn rounds(var: &str, default: usize) -> usize {
@@ -23,13 +24,7 @@ fn rounds(var: &str, default: usize) -> usize {
 }
 
 fn build(dir: &Path) -> PathBuf {
-    let src = dir.join("stress.c");
-    std::fs::write(&src, STRESS_SRC).unwrap();
-    let exe = dir.join("stress");
-    let st =
-        Command::new("gcc").args(["-O1", "-g", "-pthread", "-o"]).arg(&exe).arg(&src).status().expect("gcc");
-    assert!(st.success(), "gcc failed on stress.c");
-    exe
+    Cc::new(target("stress.c")).opt("-O1").arg("-pthread").build(dir, "stress")
 }
 
 /// A running stress target: stdin held open (EOF ends it), stdout read by line.
@@ -173,9 +168,9 @@ fn run_all_modes_instrumented() {
 #[test]
 fn run_swapcontext_main_and_coroutine_instrumented() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("coro.c");
-    std::fs::write(
-        &src,
+    let exe = Cc::from_text(
+        dir.path(),
+        "coro.c",
         r#"#include <stdio.h>
 #include <ucontext.h>
 static ucontext_t mc, cc;
@@ -195,9 +190,8 @@ int main(void) {
 }
 "#,
     )
-    .unwrap();
-    let exe = dir.path().join("coro");
-    assert!(Command::new("gcc").args(["-O1", "-o"]).arg(&exe).arg(&src).status().unwrap().success());
+    .opt("-O1")
+    .build(dir.path(), "coro");
     let out = Command::new(PROBE)
         .args(["run", "-f", "main,coro", "-o"])
         .arg(dir.path().join("report.json"))
@@ -399,14 +393,11 @@ fn killing_the_tool_never_harms_the_target() {
 #[test]
 fn detach_waits_for_a_thread_registering_inside_libc() {
     let dir = tempfile::tempdir().unwrap();
-    let lib_src = dir.path().join("slow.c");
-    std::fs::write(&lib_src, "#include <time.h>\n__attribute__((constructor)) static void slow(void) {\n    struct timespec d = {0, 400 * 1000 * 1000};\n    while (nanosleep(&d, &d)) {}\n}\n").unwrap();
-    let lib = dir.path().join("libslow.so");
-    let st = Command::new("gcc").args(["-shared", "-fPIC", "-o"]).arg(&lib).arg(&lib_src).status().unwrap();
-    assert!(st.success());
-    let src = dir.path().join("late.c");
-    std::fs::write(
-        &src,
+    let slow = "#include <time.h>\n__attribute__((constructor)) static void slow(void) {\n    struct timespec d = {0, 400 * 1000 * 1000};\n    while (nanosleep(&d, &d)) {}\n}\n";
+    let lib = Cc::from_text(dir.path(), "slow.c", slow).shared().build(dir.path(), "libslow.so");
+    let exe = Cc::from_text(
+        dir.path(),
+        "late.c",
         r#"#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -435,11 +426,9 @@ int main(int argc, char **argv) {
 }
 "#,
     )
-    .unwrap();
-    let exe = dir.path().join("late");
-    let st =
-        Command::new("gcc").args(["-O1", "-pthread", "-o"]).arg(&exe).arg(&src).arg("-ldl").status().unwrap();
-    assert!(st.success());
+    .opt("-O1")
+    .args(["-pthread", "-ldl"])
+    .build(dir.path(), "late");
     let report = dir.path().join("report.json");
     for round in 0..3 {
         let mut child =
@@ -481,9 +470,9 @@ int main(int argc, char **argv) {
 #[test]
 fn detach_waits_for_a_thread_reading_its_counters_in_libc() {
     let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("slowread.c");
-    std::fs::write(
-        &src,
+    let exe = Cc::from_text(
+        dir.path(),
+        "slowread.c",
         r#"#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
@@ -520,15 +509,9 @@ int main(void) {
 }
 "#,
     )
-    .unwrap();
-    let exe = dir.path().join("slowread");
-    let st = Command::new("gcc")
-        .args(["-O1", "-pthread", "-rdynamic", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .unwrap();
-    assert!(st.success());
+    .opt("-O1")
+    .args(["-pthread", "-rdynamic"])
+    .build(dir.path(), "slowread");
     let report = dir.path().join("report.json");
     for round in 0..2 {
         let mut child = Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();

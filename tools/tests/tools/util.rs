@@ -1,9 +1,11 @@
 //! What the tool tests share: where the tools and the demo program are, and
-//! the small `work` program the counting tools measure.
+//! the `work` program the counting tools measure.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::process::{Command, Output};
+
+use papirus_testkit::{Built, Cc, target};
 
 /// The demo program papirus-probe builds (`papirus-probe demo`), also a test target.
 pub const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/bin/papirus-probe/demo.c");
@@ -18,14 +20,31 @@ pub fn workspace() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tools/ sits in the workspace")
 }
 
+/// Where the viewers the tests open outputs in are installed (kept between
+/// runs of this build).
+pub fn viewers() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("viewers")
+}
+
 /// papirus-probe's executable.
 pub fn probe() -> &'static str {
     env!("CARGO_BIN_EXE_papirus-probe")
 }
 
-/// A private scratch directory, removed on drop.
-pub fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("papirus-tools-test-").tempdir().unwrap()
+/// `papirus-probe run OPTS -o OUT -- PROGRAM ARGS`, run to its end.
+pub fn probe_run<S: AsRef<OsStr>>(out: &Path, opts: &[&str], program: impl IntoIterator<Item = S>) -> Output {
+    Command::new(probe()).arg("run").args(opts).arg("-o").arg(out).arg("--").args(program).output().unwrap()
+}
+
+/// `papirus-probe attach PID OPTS --duration SECS -o OUT`, run to its end.
+pub fn probe_attach(pid: impl std::fmt::Display, opts: &[&str], secs: &str, out: &Path) -> Output {
+    Command::new(probe())
+        .args(["attach", &pid.to_string()])
+        .args(opts)
+        .args(["--duration", secs, "-o"])
+        .arg(out)
+        .output()
+        .unwrap()
 }
 
 /// A tool of this crate by name.
@@ -42,38 +61,28 @@ pub fn tool(name: &str) -> Command {
     Command::new(path)
 }
 
-const WORK_C: &str = r#"
-#include <stdlib.h>
-#include <time.h>
-#include <unistd.h>
-#include <sys/mman.h>
-/* work PAGES SPIN_MS [wait]: optionally wait for a byte on stdin, touch
-   PAGES fresh pages, then burn SPIN_MS of CPU time. */
-int main(int argc, char **argv) {
-    long pages = atol(argv[1]), ms = atol(argv[2]);
-    if (argc > 3) { char c; if (read(0, &c, 1) < 0) return 3; }
-    char *p = mmap(0, pages * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return 4;
-    madvise(p, pages * 4096, MADV_NOHUGEPAGE); /* one fault per 4 KiB page */
-    for (long i = 0; i < pages; i++) p[i * 4096] = 1;
-    struct timespec t0, t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
-    volatile unsigned long x = 0;
-    do {
-        for (int i = 0; i < 100000; i++) x += i;
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    } while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
-    return 0;
+/// The `work` target (`testkit/targets/work.c`), built for one test.
+pub fn work() -> Built {
+    Cc::new(target("work.c")).built("work")
 }
-"#;
 
-/// The `work` test program, built once with gcc.
-pub fn work() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("tools-work");
-        std::fs::create_dir_all(&dir).unwrap();
-        papirus_testkit::Cc::from_text(&dir, "work.c", WORK_C).build(&dir, "work")
-    })
-    .clone()
+/// Runs a calibration command (`papirus-calibrate`, `papirus-probe
+/// calibrate`) with `args`, echoing its output; its success and stdout.
+pub fn calibration(mut cmd: Command, args: &[&str]) -> (bool, String) {
+    let out = cmd.args(args).output().expect("the calibration runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    eprintln!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), stdout)
+}
+
+/// The cost file at `path` and calibrate's schema validator; the file must match it.
+pub fn cost_file(path: &Path) -> (serde_json::Value, jsonschema::Validator) {
+    let instance: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let schema = workspace().join("calibrate/schema/costfile.schema.json");
+    let schema: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(schema).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema compiles");
+    let errors: Vec<String> =
+        validator.iter_errors(&instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "schema violations: {errors:#?}");
+    (instance, validator)
 }

@@ -33,7 +33,7 @@ impl Demo {
 fn demo() -> &'static Demo {
     static D: OnceLock<Demo> = OnceLock::new();
     D.get_or_init(|| {
-        let dir = crate::util::scratch();
+        let dir = papirus_testkit::scratch();
         let exe = papirus_testkit::Cc::new(crate::util::source("probe_program.c"))
             .arg("-pthread")
             .build(dir.path(), "demo");
@@ -181,11 +181,6 @@ fn the_flame_graph_has_a_frame_per_node_above_the_threshold() {
     }
 }
 
-/// Where the viewers are installed (kept between runs of this build).
-fn cache() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("viewers")
-}
-
 #[test]
 fn speedscope_and_chromium_open_the_outputs() {
     let d = demo();
@@ -222,7 +217,7 @@ fn speedscope_and_chromium_open_the_outputs() {
         d.path("demo-histogram.svg"),
         bad,
     ];
-    let seen = match papirus_testkit::browser::open(&cache().join("npm"), &files) {
+    let seen = match papirus_testkit::browser::open(&crate::util::viewers().join("npm"), &files) {
         Ok(s) => s,
         Err(e) => return papirus_testkit::skip(format!("no headless Chromium with speedscope: {e}")),
     };
@@ -282,7 +277,7 @@ fn speedscope_and_chromium_open_the_outputs() {
 /// at detach; the counters probe's values become counter tracks.
 #[test]
 fn attach_traces_and_counters_become_tracks() {
-    let dir = crate::util::scratch();
+    let dir = papirus_testkit::scratch();
     let p = |n: &str| dir.path().join(n);
     let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_loop.c")).build(dir.path(), "loop");
     let mut child = Command::new(&exe).arg("400").stdout(std::process::Stdio::piped()).spawn().unwrap();
@@ -383,7 +378,7 @@ fn hatchet() -> Result<PathBuf, String> {
         papirus_testkit::debian_package("python3-venv", || {
             papirus_testkit::runs("python3", &["-c", "import ensurepip, venv"])
         })?;
-        let venv = cache().join("hatchet");
+        let venv = crate::util::viewers().join("hatchet");
         let py = venv.join("bin/python");
         if papirus_testkit::runs(py.to_str().unwrap_or_default(), &["-c", "import hatchet"]) {
             return Ok(py);

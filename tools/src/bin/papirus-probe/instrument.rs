@@ -219,9 +219,10 @@ impl ViewArgs {
     }
 }
 
-/// `run` arguments.
-#[derive(Args, Debug)]
-pub struct RunArgs {
+/// What `run`, `attach` and `demo` take alike: the probe, how the summary
+/// is shown, and whether the full report is.
+#[derive(Args, Debug, Clone)]
+pub struct Measure {
     #[command(flatten)]
     probe: ProbeArgs,
     #[command(flatten)]
@@ -230,21 +231,16 @@ pub struct RunArgs {
     /// instead of the summary.
     #[arg(long)]
     full: bool,
+}
+
+/// `run` arguments.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    measure: Measure,
     /// The program and its arguments.
     #[arg(last = true, required = true, value_name = "PROGRAM ARGS")]
     command: Vec<OsString>,
-}
-
-/// `demo` arguments.
-#[derive(Args, Debug)]
-pub struct DemoArgs {
-    #[command(flatten)]
-    probe: ProbeArgs,
-    #[command(flatten)]
-    view: ViewArgs,
-    /// Print the full report on stderr instead of the summary.
-    #[arg(long)]
-    full: bool,
 }
 
 /// The bundled example: nested calls, recursion, several return paths, a
@@ -253,31 +249,18 @@ const DEMO_SOURCE: &str = include_str!("demo.c");
 
 /// `papirus-probe demo`: builds the bundled example with gcc and runs it
 /// instrumented, as `run` would.
-pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
-    // A fresh private directory (mkdtemp, mode 0700): nobody else can have
-    // put a source, a binary or a link in it before gcc writes there.
-    let dir = tempfile::Builder::new().prefix("papirus-probe-demo-").tempdir()?;
-    let src = dir.path().join("probe_program.c");
-    let exe = dir.path().join("probe_program");
-    std::fs::write(&src, DEMO_SOURCE)?;
-    let built = std::process::Command::new("gcc")
-        .args(["-O2", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .map_err(|e| {
-            format!("cannot run gcc to build the demo program ({e}): install it (apt-get install gcc)")
-        })?;
-    if !built.success() {
-        return Err(format!("gcc failed to build the demo program {} ({built})", src.display()).into());
-    }
+pub fn demo(args: &Measure) -> Result<u8, Failure> {
+    // A fresh private directory: nobody else can have put a source, a
+    // binary or a link in it before gcc writes there.
+    let (dir, exe) = papirus_probe::session::cost::gcc_scratch(
+        "papirus-probe-demo-",
+        "probe_program",
+        DEMO_SOURCE,
+        &["-pthread"],
+    )
+    .map_err(|e| e.to_string())?;
     note(&format!("papirus-probe: built the demo program {} from the bundled source", exe.display()));
-    let result = run(&RunArgs {
-        probe: args.probe.clone(),
-        view: args.view.clone(),
-        full: args.full,
-        command: vec![exe.clone().into_os_string()],
-    });
+    let result = run(&RunArgs { measure: args.clone(), command: vec![exe.clone().into_os_string()] });
     drop(dir);
     result
 }
@@ -287,16 +270,11 @@ pub fn demo(args: &DemoArgs) -> Result<u8, Failure> {
 pub struct AttachArgs {
     /// The running process.
     pid: i32,
-    #[command(flatten)]
-    probe: ProbeArgs,
     /// Measure this many seconds (decimals allowed), then detach (default: until Ctrl-C).
     #[arg(long, value_name = "S", value_parser = parse_duration, allow_hyphen_values = true)]
     duration: Option<Duration>,
     #[command(flatten)]
-    view: ViewArgs,
-    /// Print the full report on stderr instead of the summary.
-    #[arg(long)]
-    full: bool,
+    measure: Measure,
 }
 
 /// The longest `--duration`: a year, far beyond any measurement and within `Duration`.
@@ -457,10 +435,10 @@ fn status_of(exit: Exit) -> Result<u8, Failure> {
 
 /// `papirus-probe run`: returns the target's exit status.
 pub fn run(args: &RunArgs) -> Result<u8, Failure> {
-    let (p, events, selection, runtime) = args.probe.parts()?;
-    let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref())?;
-    let trace = args.probe.trace(&file.scratch)?;
+    let (p, events, selection, runtime) = args.measure.probe.parts()?;
+    let costs = load_costs(args.measure.probe.costs.as_deref())?;
+    let file = ReportFile::new(args.measure.probe.output.as_deref())?;
+    let trace = args.measure.probe.trace(&file.scratch)?;
     let opts = RunOptions {
         probe: p,
         events,
@@ -469,19 +447,19 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
         program: PathBuf::from(&args.command[0]),
         args: args.command[1..].to_vec(),
         runtime,
-        per_thread: args.probe.per_thread,
-        nodes: args.probe.tree_nodes.unwrap_or(0),
+        per_thread: args.measure.probe.per_thread,
+        nodes: args.measure.probe.tree_nodes.unwrap_or(0),
         trace: trace.clone(),
     };
     let s = session::run(&opts)?;
-    let mut view = args.view.view(None);
+    let mut view = args.measure.view.view(None);
     let ended = if s.exec { format!("called execve, then {}", s.exit) } else { s.exit.to_string() };
     view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
-    trace_notes(s.trace.as_ref(), matches!(args.probe.trace, Some(Some(_))), &mut view);
-    show(&file, costs, &args.probe, view, args.full)?;
+    trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
+    show(&file, costs, &args.measure.probe, view, args.measure.full)?;
     let name = args.command[0].to_string_lossy().rsplit('/').next().unwrap_or_default().to_string();
-    export(&file, trace.as_ref(), &args.probe.export, &name)?;
+    export(&file, trace.as_ref(), &args.measure.probe.export, &name)?;
     status_of(s.exit)
 }
 
@@ -570,9 +548,9 @@ fn ending_signals() -> SigSet {
 /// normal end of the measurement; any other of these signals is raised again
 /// afterwards with its default action, so the exit status says what ended us.
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
-    let (p, events, selection, runtime) = args.probe.parts()?;
-    let costs = load_costs(args.probe.costs.as_deref())?;
-    let file = ReportFile::new(args.probe.output.as_deref())?;
+    let (p, events, selection, runtime) = args.measure.probe.parts()?;
+    let costs = load_costs(args.measure.probe.costs.as_deref())?;
+    let file = ReportFile::new(args.measure.probe.output.as_deref())?;
     let duration = args.duration;
     let ending = ending_signals();
     ending.thread_block()?;
@@ -587,7 +565,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     if duration.is_none() {
         note(&format!("papirus-probe: measuring pid {} until Ctrl-C", args.pid));
     }
-    let trace = args.probe.trace(&file.scratch)?;
+    let trace = args.measure.probe.trace(&file.scratch)?;
     let opts = AttachOptions {
         pid: args.pid,
         probe: p,
@@ -596,8 +574,8 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         output: file.path.clone(),
         duration,
         runtime,
-        per_thread: args.probe.per_thread,
-        nodes: args.probe.tree_nodes.unwrap_or(0),
+        per_thread: args.measure.probe.per_thread,
+        nodes: args.measure.probe.tree_nodes.unwrap_or(0),
         trace: trace.clone(),
     };
     let attached = session::attach(&opts, &stop);
@@ -605,7 +583,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     if let Some(sig) = by.filter(|&s| s != Signal::SIGINT || duration.is_some()) {
         note(&format!("papirus-probe: {sig} received: pid {} restored and detached", args.pid));
         match &attached {
-            Ok(_) if args.probe.output.is_some() => {
+            Ok(_) if args.measure.probe.output.is_some() => {
                 note(&format!("papirus-probe: report in {}", file.path.display()))
             }
             Ok(_) => {}
@@ -614,7 +592,7 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
         reraise(sig);
     }
     let s = attached?;
-    let mut view = args.view.view(None);
+    let mut view = args.measure.view.view(None);
     view.notes.push(("target".into(), format!("pid {}, detached, left running uninstrumented", args.pid)));
     view.notes.push(("stopped".into(), format!("{:.1} ms to instrument", s.stop_window.as_secs_f64() * 1e3)));
     for c in &s.children {
@@ -632,18 +610,16 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     };
     view.notes.push(("probe runtime".into(), runtime));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
-    trace_notes(s.trace.as_ref(), matches!(args.probe.trace, Some(Some(_))), &mut view);
-    show(&file, costs, &args.probe, view, args.full)?;
-    export(&file, trace.as_ref(), &args.probe.export, &format!("pid {}", args.pid))?;
+    trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
+    show(&file, costs, &args.measure.probe, view, args.measure.full)?;
+    export(&file, trace.as_ref(), &args.measure.probe.export, &format!("pid {}", args.pid))?;
     Ok(0)
 }
 
 /// Ends the tool by `sig` with its default action (the exit status a shell reports).
 fn reraise(sig: Signal) -> ! {
-    use nix::sys::signal::{SigHandler, raise, signal};
-    // SAFETY: restoring the default disposition installs no handler of ours.
-    let _ = unsafe { signal(sig, SigHandler::SigDfl) };
-    let _ = raise(sig);
+    let _ = papirus_substrate::signal::set_default(sig as i32);
+    let _ = nix::sys::signal::raise(sig);
     let mut only = SigSet::empty();
     only.add(sig);
     let _ = only.thread_unblock();

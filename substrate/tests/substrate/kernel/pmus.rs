@@ -5,10 +5,11 @@ use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 
+use papirus_substrate::arch::rdtsc;
 use papirus_substrate::attr::consts::{PERF_TYPE_HARDWARE, PERF_TYPE_TRACEPOINT};
 use papirus_substrate::{Counter, Domain, Error, EventAttr, Kind, Target};
 
-use crate::util::{best_of_three, rdtsc, serial, spin_cpu, thread_cpu_ns};
+use crate::util::{best_of_three, serial, spin_cpu, thread_cpu_ns};
 
 fn msr_tsc() -> Option<EventAttr> {
     let type_path = "/sys/bus/event_source/devices/msr/type";

@@ -1,12 +1,10 @@
 //! PAPI_overflow and PAPI_profil on event sets against the real kernel,
 //! with events that exist on PMU-less machines (breakpoints, task-clock,
-//! page-faults). Every test holds [`serial`]: the descriptor counts are
-//! process-wide, and the CPU-time workloads are steadier one at a time on
-//! a 2-CPU VM.
+//! page-faults).
 
 use std::hint::black_box;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use papirus_lowlevel::overflow::{OVERFLOW_HARDWARE, OverflowHandler, SampleQueue, overflow_event_indices};
@@ -16,17 +14,10 @@ use papirus_substrate::signal::gettid;
 use papirus_substrate::symbolize::ProcessSymbols;
 use papirus_substrate::sys::clock_gettime;
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::util::{fd_count, serial};
 
 fn lib() -> Library {
     papirus_lowlevel::init().expect("init")
-}
-
-fn fd_count() -> usize {
-    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
 }
 
 fn counter(n: &Arc<AtomicU64>) -> OverflowHandler {

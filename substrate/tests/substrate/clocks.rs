@@ -2,11 +2,7 @@
 //! real time vs CLOCK_MONOTONIC_RAW, virtual time vs
 //! CLOCK_THREAD_CPUTIME_ID, user-space task-clock reads vs read(), group
 //! read paths, and hardware info vs /proc/cpuinfo.
-//!
-//! Timing tests hold one lock so they do not compete with each other for
-//! the machine's two vCPUs.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
@@ -18,11 +14,7 @@ use papirus_substrate::sys::clock_gettime;
 use papirus_substrate::vclock::{ERROR_BOUND, thread_cpu_ns, thread_method};
 use papirus_substrate::{EventAttr, Kind};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
+use crate::util::serial;
 
 fn thread_cputime() -> u64 {
     clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID).expect("CLOCK_THREAD_CPUTIME_ID")

@@ -1,17 +1,20 @@
 //! Sampling, ring buffers and overflow signals against the real kernel.
 //!
 //! Every event used here exists on PMU-less machines: breakpoints (type 5)
-//! and software events (task-clock, page-faults).
+//! and software events (task-clock, page-faults). The tests run
+//! beside each other but never beside a timing check ([`shared`]).
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use papirus_substrate::attr::consts::{PERF_TYPE_BREAKPOINT, PERF_TYPE_SOFTWARE};
+use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::sample::{ReadFormat, Record, SampleType, Sampler, Sampling};
 use papirus_substrate::signal::{Notifier, default_signal, gettid};
 use papirus_substrate::{EventAttr, Kind};
+
+use crate::util::{shared, software};
 
 const HW_BREAKPOINT_X: u32 = 4;
 const SW_TASK_CLOCK: u64 = 1;
@@ -22,10 +25,6 @@ fn breakpoint(addr: usize) -> EventAttr {
     // Execute breakpoints must have bp_len == sizeof(long).
     a.config1(addr as u64).config2(8).bp_type(HW_BREAKPOINT_X);
     a
-}
-
-fn software(name: &str, config: u64) -> EventAttr {
-    EventAttr::new(name, Kind::Software, PERF_TYPE_SOFTWARE, config)
 }
 
 #[inline(never)]
@@ -55,6 +54,7 @@ fn spin_cpu(cpu: Duration) -> u64 {
 
 #[test]
 fn breakpoint_threshold_one_calls_handler_once_per_call() {
+    let _s = shared();
     let f = target_f as *const () as usize;
     let mut s = Sampling::period(1);
     s.sample_type(SampleType::IP | SampleType::TID);
@@ -91,6 +91,7 @@ fn breakpoint_threshold_one_calls_handler_once_per_call() {
 
 #[test]
 fn task_clock_every_ms_gives_about_one_sample_per_ms() {
+    let _s = shared();
     let mut s = Sampling::period(1_000_000);
     s.sample_type(SampleType::IP | SampleType::TID | SampleType::TIME | SampleType::PERIOD | SampleType::CPU)
         .data_pages(64)
@@ -118,6 +119,7 @@ fn task_clock_every_ms_gives_about_one_sample_per_ms() {
 
 #[test]
 fn page_faults_threshold_100_over_10000_touches() {
+    let _s = shared();
     const PAGES: usize = 10_000;
     let page = papirus_substrate::mmap::page_size();
     let mut s = Sampling::period(100);
@@ -176,6 +178,7 @@ impl FreshPages {
 
 #[test]
 fn each_thread_gets_its_own_overflow_signals() {
+    let _s = shared();
     let handles: Vec<_> = (0..2)
         .map(|_| {
             std::thread::spawn(|| {
@@ -233,6 +236,7 @@ fn stress_g(x: u64) -> u64 {
 /// exactly to the kernel's own lost counter (`PERF_FORMAT_LOST`).
 #[test]
 fn stress_at_max_rate_with_slow_consumer_counts_every_loss() {
+    let _s = shared();
     let max_rate: u64 = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -351,6 +355,7 @@ fn stress_at_max_rate_with_slow_consumer_counts_every_loss() {
 /// counted as stray.
 #[test]
 fn attach_and_detach_under_signal_load() {
+    let _s = shared();
     let foreign = Arc::new(AtomicU64::new(0));
     let delivered = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..2)

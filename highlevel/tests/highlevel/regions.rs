@@ -10,25 +10,9 @@ use std::time::{Duration, Instant};
 use papirus_highlevel::region::{self, Config, RegionError, region, region_begin, region_end};
 use papirus_highlevel::report::{self, Report, ThreadReport};
 
-/// The output directory of the setup every test shares: a private
-/// temporary directory, removed when the test binary exits.
-static OUT: OnceLock<tempfile::TempDir> = OnceLock::new();
-
-extern "C" fn remove_out_dir() {
-    if let Some(dir) = OUT.get() {
-        let _ = std::fs::remove_dir_all(dir.path());
-    }
-}
-
+/// The output directory of the setup every test shares.
 fn out_dir() -> PathBuf {
-    OUT.get_or_init(|| {
-        // SAFETY: `remove_out_dir` is a plain `extern "C" fn()` that only
-        // touches a static; registering it has no precondition.
-        unsafe { libc::atexit(remove_out_dir) };
-        tempfile::Builder::new().prefix("papirus-regions-test-").tempdir().unwrap()
-    })
-    .path()
-    .to_path_buf()
+    papirus_testkit::shared_scratch().to_path_buf()
 }
 
 /// One setup for the whole test binary: default events, a private output

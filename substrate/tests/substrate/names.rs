@@ -1,22 +1,17 @@
 //! Events opened by name against this machine's kernel: breakpoints on a
 //! function of this test binary, uprobes on a C program the test builds,
 //! a syscall tracepoint, and the hardware names that cannot open here.
-//!
-//! Each test holds [`serial`]: the descriptor-count check needs no other
-//! test opening files meanwhile, and the debug registers are shared.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
 
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
+use papirus_substrate::elf::ElfFile;
 use papirus_substrate::{Counter, Error, EventAttr, Kind, Parser, Target, parse_event};
 
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
-}
+use papirus_testkit::{Cc, skip, target};
+
+use crate::util::{fd_count, serial};
 
 /// The function acceptance 5 counts: exported under its own name so
 /// `mem:papirus_names_bp_target:x` finds it in the ELF symbol table.
@@ -32,7 +27,7 @@ fn open_or_skip(attr: &EventAttr, target: Target) -> Option<Counter> {
     match attr.open(target) {
         Ok(c) => Some(c),
         Err(e @ Error::Permission { .. }) => {
-            println!("SKIPPED: {e}");
+            skip(&e);
             None
         }
         Err(e) => panic!("opening `{}`: {e}", attr.name()),
@@ -89,7 +84,7 @@ fn uprobe_offset_matches_this_process_mapping() {
     let _s = serial();
     let p = Parser::system().unwrap();
     let Some(up) = p.pmus().get("uprobe") else {
-        println!("SKIPPED: no uprobe PMU on this kernel");
+        skip("no uprobe PMU on this kernel");
         return;
     };
     let exe = std::fs::canonicalize("/proc/self/exe").unwrap();
@@ -113,6 +108,9 @@ fn uprobe_offset_matches_this_process_mapping() {
         p.parse(&format!("uprobe:{exe_text}:papirus_names_bp_target+4")).unwrap().config2_value(),
         offset + 4
     );
+    // The same place by its link-time address.
+    let vaddr = ElfFile::open(&exe).unwrap().lookup_function("papirus_names_bp_target").unwrap().address;
+    assert_eq!(p.parse(&format!("uprobe:{exe_text}:{vaddr:#x}")).unwrap().config2_value(), offset);
     let r = p.parse(&format!("uretprobe:{exe_text}:papirus_names_bp_target")).unwrap();
     let bit = up.format("retprobe").unwrap().scatter(1).unwrap();
     assert_eq!((r.config_value(), r.config2_value()), (bit, offset));
@@ -127,42 +125,6 @@ fn uprobe_offset_matches_this_process_mapping() {
     }
 }
 
-const TARGET_C: &str = r#"
-#include <stdlib.h>
-#include <unistd.h>
-
-__attribute__((noinline)) long papirus_work(long x) {
-    __asm__ volatile("" ::: "memory");
-    return x * 3 + 1;
-}
-
-int main(int argc, char **argv) {
-    char go;
-    /* Wait until the parent has attached its probes. */
-    if (read(0, &go, 1) != 1) return 2;
-    long n = argc > 1 ? atol(argv[1]) : 0, sum = 0;
-    for (long i = 0; i < n; i++) sum += papirus_work(i);
-    return sum == -1;
-}
-"#;
-
-/// Builds the uprobe target with gcc into this test target's temp dir.
-fn build_target() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("names-uprobe");
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = dir.join("target.c");
-    let bin = dir.join("target");
-    std::fs::write(&src, TARGET_C).unwrap();
-    match Command::new("gcc").args(["-O2", "-g", "-o"]).arg(&bin).arg(&src).status() {
-        Ok(s) if s.success() => Some(bin),
-        Ok(s) => panic!("gcc failed on {}: {s}", src.display()),
-        Err(e) => {
-            println!("SKIPPED: gcc cannot run here: {e}");
-            None
-        }
-    }
-}
-
 /// Acceptance 6: `uprobe:` and `uretprobe:` on a function of a C program
 /// called 10,000 times count exactly 10,000 each. The child blocks on
 /// stdin until both probes are open and enabled on its pid.
@@ -170,12 +132,16 @@ fn build_target() -> Option<PathBuf> {
 fn uprobe_and_uretprobe_count_every_call() {
     let _s = serial();
     const CALLS: u64 = 10_000;
-    let Some(bin) = build_target() else { return };
-    let entry = parse_event(&format!("uprobe:{}:papirus_work", bin.display())).unwrap();
-    let exit = parse_event(&format!("uretprobe:{}:papirus_work", bin.display())).unwrap();
+    let bin = Cc::new(target("work.c")).built("work");
+    let entry = parse_event(&format!("uprobe:{}:solve", bin.display())).unwrap();
+    let exit = parse_event(&format!("uretprobe:{}:solve", bin.display())).unwrap();
     assert_eq!(entry.kind(), Kind::Dynamic);
 
-    let mut child = Command::new(&bin).arg(CALLS.to_string()).stdin(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(&bin)
+        .args(["0", "0", &CALLS.to_string(), "wait"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
     let pid = i32::try_from(child.id()).unwrap();
     let counters = (open_or_skip(&entry, Target::Task(pid)), open_or_skip(&exit, Target::Task(pid)));
     let (Some(entry_c), Some(exit_c)) = counters else {
@@ -189,7 +155,7 @@ fn uprobe_and_uretprobe_count_every_call() {
     let status = child.wait().unwrap();
     assert!(status.success(), "target exited with {status}");
     let (n_entry, n_exit) = (entry_c.read().unwrap().raw, exit_c.read().unwrap().raw);
-    println!("uprobe {n_entry}, uretprobe {n_exit} for {CALLS} calls of papirus_work");
+    println!("uprobe {n_entry}, uretprobe {n_exit} for {CALLS} calls of solve");
     assert_eq!((n_entry, n_exit), (CALLS, CALLS));
 }
 
@@ -204,7 +170,7 @@ fn syscall_tracepoint_by_name_counts_each_write() {
     let attr = match parse_event("syscalls:sys_enter_write") {
         Ok(a) => a,
         Err(e @ (Error::NoTracefs { .. } | Error::Io { .. })) => {
-            println!("SKIPPED: {e}");
+            skip(&e);
             return;
         }
         Err(e) => panic!("{e}"),
@@ -264,10 +230,6 @@ fn hardware_names_fail_to_open_with_the_reason() {
 /// Whether an error is the one a bad name must give.
 type Expect = fn(&Error) -> bool;
 
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 /// Acceptance 9, by name: each bad input has its own error, and a thousand
 /// failed parses and opens leave the descriptor count where it was.
 #[test]
@@ -284,7 +246,7 @@ fn bad_names_fail_cleanly_without_leaking() {
         }),
         ("mem:papirus_no_such_function:x", |e| matches!(e, Error::SymbolNotFound { .. })),
     ];
-    let before = open_fds();
+    let before = fd_count();
     for (name, want) in bad {
         let e = parse_event(name).unwrap_err();
         println!("{name:40} {e}");
@@ -302,6 +264,6 @@ fn bad_names_fail_cleanly_without_leaking() {
             drop(c);
         }
     }
-    let after = open_fds();
+    let after = fd_count();
     assert_eq!(before, after, "descriptors leaked by failed parses and opens");
 }

@@ -1,16 +1,26 @@
-//! Helpers shared by the kernel tests: a serialising lock, clocks, fresh
+//! Helpers shared by the substrate's tests: a serialising lock, clocks, fresh
 //! memory, forked children and descriptor counting.
 
 use std::io::{PipeReader, PipeWriter, Read, Write};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
+use papirus_substrate::mmap::page_size;
+use papirus_substrate::sys::clock_gettime;
 use papirus_substrate::{EventAttr, Kind};
 
-/// Held by every test for its whole run.
-pub fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+static LOCK: RwLock<()> = RwLock::new(());
+
+/// Held for its whole run by a test that needs the process to itself
+/// (timing, descriptor counts).
+pub fn serial() -> RwLockWriteGuard<'static, ()> {
+    LOCK.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Held by a test that may run beside others of its kind but not beside
+/// a [`serial`] one (the signal-driven sampling tests).
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    LOCK.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A software event by its `PERF_COUNT_SW_*` number.
@@ -37,11 +47,7 @@ pub fn context_switches() -> EventAttr {
 /// CPU time of the calling thread in ns (`CLOCK_THREAD_CPUTIME_ID`).
 /// Async-signal-safe, so a forked child may call it.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid timespec the kernel writes into.
-    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(ret, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID).expect("clock_gettime(CLOCK_THREAD_CPUTIME_ID)")
 }
 
 /// Spins until the calling thread has used `ns` of CPU time; returns the
@@ -60,12 +66,6 @@ pub fn spin_cpu(ns: u64) -> u64 {
     }
 }
 
-/// The time-stamp counter.
-pub fn rdtsc() -> u64 {
-    // SAFETY: rdtsc has no preconditions on x86-64 user space.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
-
 /// Open descriptors of this process, from /proc/self/fd (the directory
 /// handle used for the listing is not counted: it is the same in every call).
 pub fn fd_count() -> usize {
@@ -76,13 +76,6 @@ pub fn fd_count() -> usize {
 pub struct FreshPages {
     addr: *mut u8,
     len: usize,
-}
-
-/// The page size.
-pub fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    usize::try_from(n).expect("page size")
 }
 
 impl FreshPages {
