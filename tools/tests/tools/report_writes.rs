@@ -26,7 +26,7 @@ impl Tmpfs {
         if euid != 0 {
             return Err(format!("mounting a tmpfs needs root (euid {euid})"));
         }
-        let dir = crate::util::scratch();
+        let dir = papirus_testkit::scratch();
         let o = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "papirus-test"])
             .arg(dir.path())
@@ -82,25 +82,15 @@ fn target() -> PathBuf {
             let _ = writeln!(c, "    fn_{i:04}();");
         }
         c.push_str("    return 0;\n}\n");
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-writes");
-        std::fs::create_dir_all(&dir).unwrap();
-        papirus_testkit::Cc::from_text(&dir, "many.c", &c).build(&dir, "many")
+        let dir = papirus_testkit::shared_scratch();
+        papirus_testkit::Cc::from_text(dir, "many.c", &c).build(dir, "many")
     })
     .clone()
 }
 
 /// `papirus-probe run [opts] -o out -- many marker`.
 fn run(opts: &[&str], out: &Path, marker: &Path) -> Output {
-    crate::util::tool("papirus-probe")
-        .arg("run")
-        .args(opts)
-        .arg("-o")
-        .arg(out)
-        .arg("--")
-        .arg(target())
-        .arg(marker)
-        .output()
-        .unwrap()
+    crate::util::probe_run(out, opts, [target().as_os_str(), marker.as_os_str()])
 }
 
 /// A 64 KiB tmpfs holding a previous report (of a run of the same target,
@@ -123,7 +113,7 @@ impl Case {
                 return None;
             }
         };
-        let scratch = crate::util::scratch();
+        let scratch = papirus_testkit::scratch();
         let out = fs.path().join("report.json");
         let o = run(&["--functions", "fn_000?"], &out, &scratch.path().join("first-run"));
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

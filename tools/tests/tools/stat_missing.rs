@@ -25,7 +25,7 @@ fn scratch_where_cycles_is_unsupported() -> Option<(tempfile::TempDir, PathBuf)>
         return None;
     }
     assert!(why.contains("perf_event_open of `cycles` failed"), "{why}");
-    let dir = crate::util::scratch();
+    let dir = papirus_testkit::scratch();
     let marker = dir.path().join("ran");
     Some((dir, marker))
 }
