@@ -314,7 +314,8 @@ fn check_inner(elf: &ElfFile, func: &Function) -> Result<Prologue, Reason> {
     patch::note_around(func.address, head, shifted(&around, bias));
     match patch::decide_around(&func.name, near, near_at, func.size, link, limit, &around) {
         Ok(plan) => Ok(prologue(&plan)),
-        Err(patch::Refusal::Entered { why, .. }) if around.entry != 0 => {
+        // Another function's branch; the function's own loop is the patcher's refusal as it stands.
+        Err(patch::Refusal::Entered { why, offset }) if around.entry == link + offset => {
             let from =
                 entered(&branches(elf), link..link + func.size, at, around.entry + 1).map_or(0, |e| e.0);
             Err(Reason::Entered { from, to: around.entry, why: why.to_string() })

@@ -72,14 +72,16 @@ pub enum Refusal {
     /// Another symbol at the same address is already instrumented.
     #[error("already instrumented (an alias at the same address, or patched earlier)")]
     AlreadyPatched,
+    /// Left out before patching: an IFUNC whose implementation cannot be
+    /// found or patched, or an entry other code jumps into.
+    #[error("{0}")]
+    NotSelected(String),
     /// The relocated code does not encode at the trampoline's address.
     #[error("cannot relocate the displaced instructions: {0}")]
     Relocation(String),
-    /// Other code enters past the first byte, inside the 5 bytes a jump
-    /// needs, and no `jmp rel8` hop fits either.
-    #[error(
-        "code elsewhere enters at +{offset:#x}, inside the 5 bytes a jump needs, and no 2-byte hop fits: {why}"
-    )]
+    /// Code (other code, or the function's own loop) enters past the first
+    /// byte, inside the 5 bytes a jump needs, and no `jmp rel8` hop fits either.
+    #[error("code enters at +{offset:#x}, inside the 5 bytes a jump needs, and no 2-byte hop fits: {why}")]
     Entered {
         /// Offset of the entry from the function start.
         offset: u64,
@@ -414,14 +416,21 @@ pub fn plan_hop(
         for c in [below, above] {
             let fits = c >= s && c + JMP_LEN <= e && (lo..=hi).contains(&c);
             let apart = c + JMP_LEN <= at || c >= entry;
+            // The patch rewrites every byte from the slot to the entry: none
+            // may belong to other code, which may be patched too.
+            let (gap_lo, gap_hi) = if c < func { (c + JMP_LEN, func) } else { (func + size as u64, c) };
+            let clear = gap_lo >= gap_hi
+                || all_padding(&near[(gap_lo - near_at) as usize..(gap_hi - near_at) as usize]);
             let rank = |c: u64| (c < at, c.abs_diff(at));
-            if fits && apart && best.is_none_or(|b| rank(c) < rank(b)) {
+            if fits && apart && clear && best.is_none_or(|b| rank(c) < rank(b)) {
                 best = Some(c);
             }
         }
     }
     let Some(slot) = best else {
-        return Err(refuse("no dead padding of 5 bytes within a jmp rel8's reach"));
+        return Err(refuse(
+            "no dead padding of 5 bytes within a jmp rel8's reach without other code between",
+        ));
     };
     for i in &moved {
         check_data(i, func, at, at + JMP8_LEN)?;
@@ -601,6 +610,13 @@ mod tests {
         assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
         // A "dead" run whose bytes are not padding is not used.
         let e = plan_hop(&near, near_at, F, body.len(), F + 3, &[(near_at, F)]).unwrap_err();
+        assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
+        // Another function between the padding and this one: refused, its bytes may be patched too.
+        let other = [0x31, 0xc0, 0xc3]; // xor eax,eax; ret
+        let apart: Vec<u8> = pad.iter().chain(&other).chain(&body).copied().collect();
+        let apart_at = F - (pad.len() + other.len()) as u64;
+        let e =
+            plan_hop(&apart, apart_at, F, body.len(), F + 3, &[(apart_at + 1, apart_at + 9)]).unwrap_err();
         assert!(matches!(e, Refusal::Entered { offset: 3, .. }), "{e}");
         // Its own branch between the jump and the entry: refused.
         let mut looped = near.clone();

@@ -26,7 +26,7 @@ use super::release::{Kept, release_recorded, runtime_mapping, unload_runtime};
 use super::results::{Results, maps_segment, other_process_state, write};
 use super::trace::TraceSummary;
 use super::{
-    Measure, ProbeError, RUNTIME_FILE, Selection, TargetHooks, TraceRequest, patch_stopped, select,
+    Chosen, Measure, ProbeError, RUNTIME_FILE, Selection, TargetHooks, TraceRequest, patch_stopped, select,
     start_session, unpatch_stopped,
 };
 use crate::inventory::Inventory;
@@ -205,7 +205,7 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
         _ => Inventory::of_process(pid)?,
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
-    let (mut names, mut specs) =
+    let Chosen { mut names, mut specs, left_out } =
         select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     // A reference of papirus' own to the runtime, given back at detach
     // (without one, the runtime stays: it was there before papirus came).
@@ -248,7 +248,8 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
         }
     };
     let (outcome, patched) = patch_stopped(&mut p, &specs);
-    let (installed, refused, arenas) = (outcome.installed, outcome.refused, outcome.arenas);
+    let (installed, refused, arenas) =
+        (outcome.installed, [left_out, outcome.refused].concat(), outcome.arenas);
     if let Err(e) = patched {
         // What was patched may have run meanwhile: undone as at detach (an
         // image that exec'd or ended has nothing of ours left to undo).

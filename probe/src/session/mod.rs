@@ -32,8 +32,8 @@ pub use report::{
     NAME_WIDTH, ProbeCost, SortKey, TreeView, View, format_report, format_summary, format_tree,
 };
 pub use run::{RunOptions, RunSummary, run};
+use select::{Chosen, select, trace_first};
 pub use select::{MAIN_MODULE, Selection};
-use select::{select, trace_first};
 pub use trace::{Trace, TraceSummary, read_trace};
 
 use crate::patch::{Installed, PatchError, Refused};

@@ -21,7 +21,7 @@ use nix::unistd::Pid;
 use super::results::{Results, other_process_state, write};
 use super::trace::{TraceSummary, Tracing};
 use super::{
-    Measure, ProbeError, Selection, TargetHooks, TraceRequest, patch_stopped, select, start_session,
+    Chosen, Measure, ProbeError, Selection, TargetHooks, TraceRequest, patch_stopped, select, start_session,
 };
 use crate::inventory::Inventory;
 use crate::patch::Refused;
@@ -142,7 +142,7 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
         other => other,
     })?;
     let inv = Inventory::of_process(pid)?;
-    let (mut names, mut specs) =
+    let Chosen { mut names, mut specs, left_out } =
         select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
     let m = Measure {
         probe: opts.probe,
@@ -155,7 +155,7 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     // A failure kills the program (see `run`): its patches need no restoring.
     let (outcome, patched) = patch_stopped(p, &specs);
     patched?;
-    let (installed, refused) = (outcome.installed, outcome.refused);
+    let (installed, refused) = (outcome.installed, [left_out, outcome.refused].concat());
     super::print_summary(&installed, &refused);
     Ok((names, results, installed.len(), refused, tracing))
 }

@@ -6,7 +6,7 @@ use super::{ProbeError, TargetHooks};
 use papirus_substrate::elf::SymbolKind;
 
 use crate::inventory::{Function, Inventory, Module, Patchability, Reason, glob_match, ifunc, patchable};
-use crate::patch::{CATCH_BEGIN, FunctionSpec, UNWIND_BEGIN};
+use crate::patch::{CATCH_BEGIN, FunctionSpec, Refusal, Refused, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
 const NOT_CALLED: [&str; 3] = ["_start", "_dl_start", "_dl_start_user"];
@@ -53,16 +53,26 @@ fn preferred<'a>(a: &'a Function, b: &'a Function) -> &'a Function {
     if key(b) < key(a) { b } else { a }
 }
 
-/// The chosen functions (names for the session; specs for the patcher, ids in order)
-/// plus the unwinder's entry points. An IFUNC stands for the implementation
-/// it resolved to, read from the target's memory with `read_u64`.
+/// What [`select`] chose.
+pub(super) struct Chosen {
+    /// Names for the session, ids in order.
+    pub names: Vec<String>,
+    /// The patcher's specs, the unwinder's entry points last.
+    pub specs: Vec<FunctionSpec>,
+    /// Functions left out before patching, with why.
+    pub left_out: Vec<Refused>,
+}
+
+/// The chosen functions plus the unwinder's entry points, and the ones left
+/// out before patching. An IFUNC stands for the implementation it resolved
+/// to, read from the target's memory with `read_u64`.
 pub(super) fn select(
     inv: &Inventory,
     sel: &Selection,
     hooks: &TargetHooks,
     entry: Option<u64>,
     read_u64: &mut dyn FnMut(u64) -> Option<u64>,
-) -> Result<(Vec<String>, Vec<FunctionSpec>), ProbeError> {
+) -> Result<Chosen, ProbeError> {
     let runtime = |m: &&Module| m.basename().starts_with("libpapirus_probe_runtime");
     let modules: Vec<&Module> = inv.modules.iter().filter(|m| !runtime(m) && sel.wants_module(m)).collect();
     if let Some(p) = sel.modules.iter().find(|p| *p != MAIN_MODULE && !modules.iter().any(|m| m.matches(p))) {
@@ -70,6 +80,14 @@ pub(super) fn select(
     }
     let mut names = Vec::new();
     let mut specs = Vec::new();
+    let mut refused = Vec::new();
+    let mut leave_out = |f: &Function, why: String| {
+        refused.push(Refused {
+            name: f.display_name().to_string(),
+            addr: f.address,
+            reason: Refusal::NotSelected(why),
+        })
+    };
     // Entry addresses chosen so far: IFUNCs can resolve to one implementation
     // (memmove and memcpy), or to a function chosen by its own name.
     let mut chosen = HashSet::new();
@@ -101,22 +119,14 @@ pub(super) fn select(
                 match ifunc::resolve(inv, m, f, read_u64) {
                     Ok(i) => (i.name, i.address, i.size, i.limit),
                     Err(why) => {
-                        eprintln!(
-                            "papirus-probe: refused {} at {:#x}: {why}",
-                            super::escape(f.display_name()),
-                            f.address
-                        );
+                        leave_out(f, why.to_string());
                         continue;
                     }
                 }
             } else {
                 // Entries other code jumps into past their first byte: only the file's code shows it.
                 if let Patchability::NotPatchable { reason: r @ Reason::Entered { .. } } = m.patchability(f) {
-                    eprintln!(
-                        "papirus-probe: refused {} at {:#x}: {r}",
-                        super::escape(f.display_name()),
-                        f.address
-                    );
+                    leave_out(f, r.to_string());
                     continue;
                 }
                 (f.display_name().to_string(), f.address, f.size, limit(m, f))
@@ -161,7 +171,7 @@ pub(super) fn select(
             });
         }
     }
-    Ok((names, specs))
+    Ok(Chosen { names, specs, left_out: refused })
 }
 
 /// Puts the functions matching one of `globs` (all when empty) first,

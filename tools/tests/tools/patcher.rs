@@ -409,3 +409,168 @@ fn attach_hops_into_memcpy_and_detach_restores_its_bytes() {
     let plain = Command::new(&program).arg(rounds).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&plain.stdout), sum, "{rounds} rounds");
 }
+
+/// One refusal line of `run`'s summary: how many, the names shown, why.
+struct RunRefusal {
+    count: usize,
+    names: Vec<String>,
+    why: String,
+}
+
+/// The refusal lines of `run`'s stderr and its "instrumented N functions, refused M".
+fn run_refusals(stderr: &str) -> (Vec<RunRefusal>, usize, usize) {
+    let mut out = Vec::new();
+    let mut totals = None;
+    for l in stderr.lines().filter_map(|l| l.strip_prefix("papirus-probe: ")) {
+        if let Some(rest) = l.strip_prefix("instrumented ") {
+            let (n, rest) = rest.split_once(" functions, refused ").unwrap();
+            let m = rest.split(' ').next().unwrap();
+            totals = Some((n.parse().unwrap(), m.parse().unwrap()));
+        } else if let Some(rest) = l.strip_prefix("refused ") {
+            let r = match rest.split_once(" functions (") {
+                Some((k, names)) if k.parse::<usize>().is_ok() => {
+                    let (names, why) = names.split_once("): ").unwrap();
+                    let names = names.split(", ").filter(|n| *n != "…").map(String::from).collect();
+                    RunRefusal { count: k.parse().unwrap(), names, why: why.into() }
+                }
+                _ => {
+                    let (name, rest) = rest.split_once(" at 0x").unwrap();
+                    let why = rest.split_once(": ").unwrap().1;
+                    RunRefusal { count: 1, names: vec![name.into()], why: why.into() }
+                }
+            };
+            out.push(r);
+        }
+    }
+    let (n, m) = totals.expect("run's summary line");
+    (out, n, m)
+}
+
+/// Every distinct function entry of libc, libsqlite3 and a pyenv
+/// libpython3.11, `run --module` under a program that loads it: `list
+/// --patchable` refuses exactly the entries `run` refuses, for the same
+/// reasons (IFUNCs, which only the process resolves, aside); nothing is
+/// refused for its length; and at least 99.9 % of the entries that are
+/// entries (a compiler-split `.cold` part is entered by a jump, not a call)
+/// are instrumented.
+#[test]
+fn list_patchable_refuses_what_run_refuses_and_run_covers_999_per_mille() {
+    let mut cases: Vec<(PathBuf, Vec<String>)> = Vec::new();
+    match papirus_testkit::debian_package("sqlite3", || which("sqlite3").is_ok())
+        .and_then(|()| which("sqlite3"))
+    {
+        Ok(sqlite) => {
+            let program = vec![sqlite.display().to_string(), ":memory:".into(), "select 1;".into()];
+            for lib in ["libc.so.6", "libsqlite3.so.0"] {
+                cases.push((Path::new("/lib/x86_64-linux-gnu").join(lib), program.clone()));
+            }
+        }
+        Err(e) => papirus_testkit::skip(format!("libc and libsqlite3 under sqlite3: {e}")),
+    }
+    let py = Path::new("/root/.pyenv/versions/3.11.7");
+    let libpython = py.join("lib/libpython3.11.so.1.0");
+    if libpython.exists() {
+        let python = py.join("bin/python3.11").display().to_string();
+        cases.push((libpython, vec![python, "-c".into(), "print(sum(range(10)))".into()]));
+    } else {
+        papirus_testkit::skip(format!("{}: no pyenv Python 3.11 here", libpython.display()));
+    }
+    for (lib, program) in cases {
+        let name = lib.file_name().unwrap().to_str().unwrap();
+        let list = Command::new(env!("CARGO_BIN_EXE_papirus-probe"))
+            .arg("list")
+            .arg(&lib)
+            .args(["--patchable", "--json"])
+            .output()
+            .unwrap();
+        assert!(list.status.success(), "{name}: {list:?}");
+        let list: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+        let funcs = list["modules"][0]["functions"].as_array().unwrap();
+        // What run selects: sized functions and IFUNCs, a default version over
+        // its compat one, one entry per address.
+        let shadowed = |f: &serde_json::Value| {
+            f["hidden_version"] == true
+                && funcs.iter().any(|g| g["name"] == f["name"] && g["hidden_version"] == false)
+        };
+        let mut entries: std::collections::BTreeMap<u64, Vec<&serde_json::Value>> = Default::default();
+        for f in funcs {
+            let kind = f["kind"].as_str().unwrap();
+            if (kind == "function" || kind == "ifunc") && f["size"].as_u64() > Some(0) && !shadowed(f) {
+                entries.entry(f["address"].as_u64().unwrap()).or_default().push(f);
+            }
+        }
+        let is_ifunc = |fs: &Vec<&serde_json::Value>| fs[0]["kind"] == "ifunc";
+        let refused_by_list: Vec<(&Vec<&serde_json::Value>, &serde_json::Value)> = entries
+            .values()
+            .filter(|fs| !is_ifunc(fs) && fs[0]["patchability"]["status"] == "not_patchable")
+            .map(|fs| (fs, &fs[0]["patchability"]["reason"]))
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("r.json");
+        let args: Vec<&str> = program.iter().map(String::as_str).collect();
+        let plain = Command::new(args[0]).args(&args[1..]).output().unwrap();
+        let probed = probe_run(&out, &["--module", name], &args);
+        let stderr = String::from_utf8_lossy(&probed.stderr);
+        assert!(probed.status.success(), "{name}: {stderr}");
+        assert_eq!(probed.stdout, plain.stdout, "{name}: output changed");
+        let (lines, instrumented, refused) = run_refusals(&stderr);
+        let (ifunc_lines, lines): (Vec<RunRefusal>, Vec<RunRefusal>) =
+            lines.into_iter().partition(|r| r.why.starts_with("IFUNC "));
+        // The same reasons, with as many entries each, the shown ones among them.
+        let same = |r: &RunRefusal, why: &serde_json::Value| match why["kind"].as_str() {
+            Some("refused") => why["why"] == r.why.as_str(),
+            Some("entered") => r.why.ends_with(why["why"].as_str().unwrap()),
+            _ => false,
+        };
+        // The summary counts every refusal; the report names what was selected
+        // (IFUNCs left unresolved and entries jumped into are left out before).
+        let ifunc_refused: usize = ifunc_lines.iter().map(|r| r.count).sum();
+        let entered: usize = lines
+            .iter()
+            .filter(|r| refused_by_list.iter().any(|(_, why)| why["kind"] == "entered" && same(r, why)))
+            .map(|r| r.count)
+            .sum();
+        assert_eq!(
+            instrumented + refused,
+            report(&out).functions.len() + ifunc_refused + entered,
+            "{name}: {stderr}"
+        );
+        for r in &lines {
+            let listed: Vec<_> = refused_by_list.iter().filter(|(_, why)| same(r, why)).collect();
+            for n in &r.names {
+                assert!(
+                    listed.iter().any(|(fs, _)| fs.iter().any(|f| f["name"] == n.as_str())),
+                    "{name}: run refused {n} ({}), list --patchable did not say so",
+                    r.why
+                );
+            }
+            let by_run: usize = lines.iter().filter(|q| q.why == r.why).map(|q| q.count).sum();
+            assert_eq!(by_run, listed.len(), "{name}: refused by run and by list for: {}", r.why);
+        }
+        let by_run: usize = lines.iter().map(|r| r.count).sum();
+        assert_eq!(by_run, refused_by_list.len(), "{name}: refusals by run and by list:\n{stderr}");
+        // Every other entry instrumented: an IFUNC may share its implementation with another entry.
+        let ifuncs = entries.values().filter(|fs| is_ifunc(fs)).count();
+        let plain_ok = entries.len() - ifuncs - refused_by_list.len();
+        assert!((plain_ok..=plain_ok + ifuncs).contains(&instrumented), "{name}: {stderr}");
+        assert!(!stderr.contains("shorter than"), "{name}: {stderr}");
+        // Coverage over entries that are entries.
+        let cold =
+            |fs: &Vec<&serde_json::Value>| fs.iter().all(|f| f["name"].as_str().unwrap().ends_with(".cold"));
+        let total = entries.values().filter(|fs| !cold(fs)).count();
+        let missed = refused_by_list.iter().filter(|(fs, _)| !cold(fs)).count() + ifunc_refused;
+        let covered = (total - missed) as f64 / total as f64;
+        println!(
+            "{name}: {} function symbols, {total} distinct entries ({} .cold parts aside), \
+             {instrumented} instrumented, {missed} refused: {:.3} % covered",
+            funcs.len(),
+            entries.len() - total,
+            100.0 * covered
+        );
+        assert!(
+            covered >= 0.999,
+            "{name}: {:.3} % of {total} entries instrumented:\n{stderr}",
+            100.0 * covered
+        );
+    }
+}
