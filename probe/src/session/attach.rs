@@ -322,7 +322,9 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
     for (record, child, mut c) in kids {
         match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks, library.as_ref()) {
             Ok(()) => restored.push(child),
-            // A child that exits meanwhile takes its patched code with it.
+            // A child that exits meanwhile takes its patched code with it
+            // (held at its exit stop, it is not a zombie yet).
+            Err(ProbeError::Process(crate::Error::TargetExited { .. })) => {}
             Err(_) if gone(child as i32) => {}
             Err(e) => failures.push(format!("child {child}: {e}")),
         }
