@@ -42,9 +42,8 @@ pub fn check_writable(path: &Path) -> Result<(), OutputError> {
         return Err(err(path, "it is a directory: name a file"));
     }
     let dir = parent_of(path);
-    tempfile::Builder::new()
-        .prefix(".papirus-check-")
-        .tempfile_in(dir)
+    // An unnamed file (O_TMPFILE): nothing to clean up, and the OS error alone in the message.
+    tempfile::tempfile_in(dir)
         .map(drop)
         .map_err(|e| err(path, format!("its directory {} does not take new files: {e}", dir.display())))
 }

@@ -124,6 +124,7 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
         let _ = names::ensure_tracefs();
     }
     let mut command = None;
+    let mut cmdline = None;
     let pid = match target {
         Target::Command(argv) => {
             let c = StoppedCommand::spawn(argv)?;
@@ -135,6 +136,7 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
             if *pid <= 0 || !std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(Error::NoSuchProcess(*pid));
             }
+            cmdline = cmdline_at(&format!("/proc/{pid}/cmdline"), CMDLINE_LIMIT);
             *pid
         }
     };
@@ -317,6 +319,7 @@ pub fn record(target: &Target, opts: &Options) -> Result<Recording, Error> {
                 }
                 Target::Pid(_) => None,
             },
+            cmdline,
             pid,
         },
         event: EventInfo {
@@ -428,6 +431,32 @@ fn threads_of(pid: i32) -> Result<Vec<i32>, Error> {
     Ok(tids)
 }
 
+/// Bytes of a running process's command line kept for the report header.
+const CMDLINE_LIMIT: usize = 4096;
+
+/// The arguments in a `/proc/PID/cmdline` file, at most `limit` bytes of it
+/// read (a longer line is cut, `…` marking the cut); `None` when it cannot
+/// be read or is empty (a kernel thread, a process that ended).
+fn cmdline_at(path: &str, limit: usize) -> Option<Vec<String>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path).ok()?.take(limit as u64 + 1).read_to_end(&mut bytes).ok()?;
+    let cut = bytes.len() > limit;
+    bytes.truncate(limit);
+    if bytes.last() == Some(&0) {
+        bytes.pop();
+    }
+    if bytes.is_empty() {
+        return None;
+    }
+    let mut args: Vec<String> =
+        bytes.split(|&b| b == 0).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    if cut && let Some(last) = args.last_mut() {
+        last.push('…');
+    }
+    Some(args)
+}
+
 fn comm_of(pid: i32, tid: i32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|s| s.trim().to_string())
@@ -437,6 +466,21 @@ fn comm_of(pid: i32, tid: i32) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_process_command_line_is_read_bounded() {
+        let own = cmdline_at(&format!("/proc/{}/cmdline", std::process::id()), CMDLINE_LIMIT).unwrap();
+        assert_eq!(own, std::env::args().collect::<Vec<_>>());
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cmdline");
+        let long = format!("python3\0-c\0{}\0", "x".repeat(10_000));
+        std::fs::write(&path, &long).unwrap();
+        let args = cmdline_at(path.to_str().unwrap(), 100).unwrap();
+        assert_eq!(args, ["python3".to_string(), "-c".into(), format!("{}…", "x".repeat(100 - 11))]);
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(cmdline_at(path.to_str().unwrap(), 100), None);
+        assert_eq!(cmdline_at("/proc/0/cmdline", 100), None);
+    }
 
     #[test]
     fn periods_split_off_only_where_they_are_numbers() {

@@ -61,6 +61,10 @@ pub struct Recording {
 pub struct TargetInfo {
     /// The command line, when papirus-profile started the command.
     pub command: Option<Vec<String>>,
+    /// A running process's command line when the recording started
+    /// (`/proc/PID/cmdline`, cut at 4 KiB), with -p.
+    #[serde(default)]
+    pub cmdline: Option<Vec<String>>,
     /// The process id (of the command, or given with -p).
     pub pid: i32,
 }

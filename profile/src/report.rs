@@ -107,8 +107,55 @@ fn target_text(r: &Recording) -> String {
             format!("command: {c} (pid {}, {how})", r.target.pid)
         }
         (Some(c), None) => format!("command: {c} (pid {})", r.target.pid),
-        (None, _) => format!("process: {}", r.target.pid),
+        (None, _) => {
+            let pid = r.target.pid;
+            let comm = r.threads.iter().find(|t| i64::from(t.tid) == i64::from(pid)).map(|t| t.comm.as_str());
+            match (r.target.cmdline.as_deref().map(command_line), comm.filter(|c| !c.is_empty())) {
+                (Some(c), _) => format!("process: {c} (pid {pid})"),
+                (None, Some(comm)) => format!("process: [{comm}] (pid {pid})"),
+                (None, None) => format!("process: pid {pid}"),
+            }
+        }
     }
+}
+
+/// `n WORD` with WORD in the plural unless n is 1.
+fn counted(n: u64, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+/// What `papirus-profile record` prints on stderr once the recording is
+/// written to `output`: samples, threads and time, then notes, losses and throttling.
+pub fn record_summary(r: &Recording, output: &std::path::Path) -> String {
+    let mut s = format!(
+        "papirus-profile: {} of {} from {} in {:.3} s, written to {}",
+        counted(r.total_samples(), "sample"),
+        r.event.name,
+        counted(r.threads.len() as u64, "thread"),
+        r.duration_ns as f64 / 1e9,
+        output.display()
+    );
+    for n in &r.notes {
+        let _ = write!(s, "\npapirus-profile: {n}");
+    }
+    if r.rings.lost > 0 {
+        let _ = write!(
+            s,
+            "\npapirus-profile: {} lost in {}: the {}-page rings filled faster than they \
+             were read; give more pages (-m) or sample less often (-F, -c)",
+            counted(r.rings.lost, "sample"),
+            counted(r.rings.lost_records, "LOST record"),
+            r.rings.data_pages
+        );
+    }
+    if r.rings.throttles > 0 {
+        let _ = write!(
+            s,
+            "\npapirus-profile: the kernel throttled sampling {} (kernel.perf_event_max_sample_rate)",
+            counted(r.rings.throttles, "time")
+        );
+    }
+    s
 }
 
 /// Threads listed in a report's header, the busiest first.
@@ -351,7 +398,7 @@ mod tests {
         Recording {
             format: crate::recording::FORMAT.into(),
             format_version: crate::recording::FORMAT_VERSION,
-            target: TargetInfo { command: None, pid: 100 },
+            target: TargetInfo { command: None, cmdline: None, pid: 100 },
             event: EventInfo {
                 name: "task-clock".into(),
                 trigger: TriggerInfo::Frequency(1000),
@@ -403,5 +450,38 @@ mod tests {
             "{t}"
         );
         assert!(t.lines().nth(1).unwrap().starts_with("# event: "), "{t}");
+    }
+
+    #[test]
+    fn a_running_process_is_named_in_the_header() {
+        let mut r = server(2);
+        let first = |r: &Recording| text(r, &ReportOptions::default()).lines().next().unwrap().to_string();
+        assert_eq!(first(&r), "# process: [srv] (pid 100)");
+        r.target.cmdline = Some(vec!["python3".into(), "-m".into(), "http.server".into()]);
+        assert_eq!(first(&r), "# process: python3 -m http.server (pid 100)");
+        r.target.cmdline = None;
+        r.threads.clear();
+        assert_eq!(first(&r), "# process: pid 100");
+    }
+
+    #[test]
+    fn the_record_summary_counts_in_the_singular_and_plural() {
+        let out = std::path::Path::new("p.json");
+        let one = record_summary(&server(1), out);
+        assert!(
+            one.starts_with(
+                "papirus-profile: 1 sample of task-clock from 1 thread in 1.000 s, written to p.json"
+            ),
+            "{one}"
+        );
+        let mut r = server(3);
+        r.rings.lost = 1;
+        r.rings.lost_records = 1;
+        r.rings.throttles = 2;
+        let three = record_summary(&r, out);
+        assert!(three.starts_with("papirus-profile: 6 samples of task-clock from 3 threads in"), "{three}");
+        assert!(three.contains("\npapirus-profile: a note\n"), "{three}");
+        assert!(three.contains(": 1 sample lost in 1 LOST record: "), "{three}");
+        assert!(three.contains("throttled sampling 2 times"), "{three}");
     }
 }

@@ -206,30 +206,7 @@ fn record_cmd(args: RecordArgs) -> Result<ExitCode, Failure> {
     };
     let rec = record(&target, &opts).map_err(|e| Failure(e.to_string()))?;
     rec.save(&args.output).map_err(|e| Failure(e.to_string()))?;
-    let mut note = format!(
-        "papirus-profile: {} samples of {} from {} threads in {:.3} s, written to {}",
-        rec.total_samples(),
-        rec.event.name,
-        rec.threads.len(),
-        rec.duration_ns as f64 / 1e9,
-        args.output.display()
-    );
-    for n in &rec.notes {
-        note.push_str(&format!("\npapirus-profile: {n}"));
-    }
-    if rec.rings.lost > 0 {
-        note.push_str(&format!(
-            "\npapirus-profile: {} samples lost in {} LOST records: the {}-page rings filled faster than they \
-             were read; give more pages (-m) or sample less often (-F, -c)",
-            rec.rings.lost, rec.rings.lost_records, rec.rings.data_pages
-        ));
-    }
-    if rec.rings.throttles > 0 {
-        note.push_str(&format!(
-            "\npapirus-profile: the kernel throttled sampling {} times (kernel.perf_event_max_sample_rate)",
-            rec.rings.throttles
-        ));
-    }
+    let note = report::record_summary(&rec, &args.output);
     let _ = writeln!(std::io::stderr(), "{note}");
     Ok(ExitCode::from(rec.exit.map_or(0, |e| e.code)))
 }

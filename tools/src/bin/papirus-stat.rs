@@ -35,7 +35,9 @@ const EXAMPLES: &str = "Examples:
   papirus-stat -e task-clock -p 1234 -d 2 --per-thread
   papirus-stat -a -e sched:sched_switch -d 1
 
-Counts go to stderr (or -o FILE), never to the command's stdout.
+Counts go to stderr (or -o FILE), never to the command's stdout. As in perf stat, an event the kernel
+cannot count here is shown as <not supported> (the rest of its {group} as <not counted>, its reason on
+stderr) and the others are counted; when none can be, papirus-stat fails before the command runs.
 Exit status: the command's own, 128+N when a signal N ended it, 2 when papirus-stat itself fails.";
 
 /// Count events of a command, a running process or CPUs, like `perf stat`.
@@ -119,6 +121,38 @@ struct Plan {
     parts: Vec<Vec<usize>>,
     /// How many of `parts` hold lone events (the rest are groups).
     lone_parts: usize,
+    /// Per event: why it is not counted at all (decided at the first open).
+    missing: Vec<Option<Missing>>,
+    /// Whether the first open has left out what the kernel refuses.
+    settled: bool,
+}
+
+/// Why an event has no value, spelled as perf stat prints it.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+enum Missing {
+    /// The kernel cannot count it here.
+    #[serde(rename = "<not supported>")]
+    NotSupported,
+    /// It never ran: a member of a group that cannot be opened, or not
+    /// counted in one of the runs.
+    #[serde(rename = "<not counted>")]
+    NotCounted,
+}
+
+/// Whether perf stat would show the event as `<not supported>` and count the
+/// others: the kernel has no such event or PMU, or refuses its attributes.
+fn not_supported(e: &papirus_lowlevel::Error) -> bool {
+    use papirus_substrate::Error as Sub;
+    match e {
+        papirus_lowlevel::Error::PresetUnavailable { .. } => true,
+        papirus_lowlevel::Error::Substrate(Sub::Unsupported { .. }) => true,
+        papirus_lowlevel::Error::Substrate(Sub::Kernel {
+            op: papirus_substrate::Op::Open, errno, ..
+        }) => {
+            matches!(errno.0, libc::EINVAL | libc::ENOSYS | libc::ENXIO)
+        }
+        _ => false,
+    }
 }
 
 fn plan(args: &Args) -> Result<Plan, Failure> {
@@ -156,7 +190,8 @@ fn plan(args: &Args) -> Result<Plan, Failure> {
     let lone_parts = parts.len();
     // Groups are never empty: the splitter refuses `{}` and tool events in groups.
     parts.extend(groups);
-    Ok(Plan { names, tool, parts, lone_parts })
+    let missing = vec![None; names.len()];
+    Ok(Plan { names, tool, parts, lone_parts, missing, settled: false })
 }
 
 /// Where the events of one counting unit are opened.
@@ -190,7 +225,13 @@ fn resolve_symbol(name: &str, pid: i32) -> Result<String, Failure> {
     Ok(format!("mem:{addr:#x}{len}{}{tail}", if has_access { "" } else { ":x" }))
 }
 
-fn open_unit(lib: &Library, args: &Args, plan: &Plan, at: Where, label: String) -> Result<Unit, Failure> {
+/// Opens the plan's sets on `at`. The first open of the run leaves out, as
+/// perf stat does, the events the kernel cannot count (and the groups they
+/// are in), says why on stderr and drops them from the plan; it fails when
+/// nothing at all can be counted.
+fn open_unit(lib: &Library, args: &Args, plan: &mut Plan, at: Where, label: String) -> Result<Unit, Failure> {
+    let settling = !std::mem::replace(&mut plan.settled, true);
+    let mut refused = vec![];
     let mut sets = Vec::with_capacity(plan.parts.len());
     for (k, part) in plan.parts.iter().enumerate() {
         let mut set = lib.event_set();
@@ -213,10 +254,67 @@ fn open_unit(lib: &Library, args: &Args, plan: &Plan, at: Where, label: String) 
                 Where::Cpu(_) => Ok(plan.names[i].clone()),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        set.add_all(names.iter().map(String::as_str))?;
-        sets.push(set);
+        let mut from = 0;
+        while from < names.len() {
+            let before = set.events().len();
+            match set.add_all(names[from..].iter().map(String::as_str)) {
+                Ok(_) => break,
+                Err(e) if settling && not_supported(&e) => {
+                    // The events before the refused one stay added.
+                    let bad = from + set.events().len() - before;
+                    refused.push((part[bad], e, k >= plan.lone_parts));
+                    if k >= plan.lone_parts {
+                        set = lib.event_set();
+                        break;
+                    }
+                    from = bad + 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if !set.events().is_empty() {
+            sets.push(set);
+        }
+    }
+    if !refused.is_empty() {
+        leave_out(plan, refused)?;
     }
     Ok(Unit { label, sets })
+}
+
+/// Drops refused events (and the other members of their groups) from
+/// `plan`, each reason printed once; fails with the first reason when no
+/// event is left to measure.
+fn leave_out(plan: &mut Plan, refused: Vec<(usize, papirus_lowlevel::Error, bool)>) -> Result<(), Failure> {
+    for (i, _, group) in &refused {
+        plan.missing[*i] = Some(Missing::NotSupported);
+        if *group {
+            for &j in plan.parts.iter().find(|p| p.contains(i)).into_iter().flatten() {
+                plan.missing[j].get_or_insert(Missing::NotCounted);
+            }
+        }
+    }
+    let lone =
+        plan.parts[..plan.lone_parts].iter().filter(|p| p.iter().any(|&i| plan.missing[i].is_none())).count();
+    for p in &mut plan.parts {
+        p.retain(|&i| plan.missing[i].is_none());
+    }
+    plan.parts.retain(|p| !p.is_empty());
+    plan.lone_parts = lone;
+    if plan.parts.is_empty() && plan.tool.iter().all(Option::is_none) {
+        let (_, first, _) = refused.into_iter().next().expect("refused is not empty");
+        return Err(first.into());
+    }
+    let mut err = std::io::stderr().lock();
+    for (_, e, group) in refused {
+        let what = if group {
+            "shown as <not supported>, the rest of its group as <not counted>"
+        } else {
+            "shown as <not supported>"
+        };
+        let _ = writeln!(err, "papirus-stat: {e} ({what})");
+    }
+    Ok(())
 }
 
 /// The values of every kernel event of `units`, by plan index, one vector per unit.
@@ -296,7 +394,7 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Args) -> Result<ExitCode, Failure> {
-    let plan = plan(args)?;
+    let mut plan = plan(args)?;
     if plan.names.is_empty() {
         return Err(Failure("no events: give some with -e (e.g. -e task-clock,page-faults)".into()));
     }
@@ -344,7 +442,7 @@ fn run(args: &Args) -> Result<ExitCode, Failure> {
     let mut open = Vec::new();
     for _ in 0..args.repeat {
         drop(open);
-        let (m, units) = measure(&lib, args, &plan, &cpus, &mut sink)?;
+        let (m, units) = measure(&lib, args, &mut plan, &cpus, &mut sink)?;
         runs.push(m);
         open = units;
     }
@@ -409,7 +507,7 @@ fn waiter(mut command: StoppedCommand) -> mpsc::Receiver<Ended> {
 fn measure(
     lib: &Library,
     args: &Args,
-    plan: &Plan,
+    plan: &mut Plan,
     cpus: &[u32],
     sink: &mut Sink,
 ) -> Result<(Measured, Vec<Unit>), Failure> {
@@ -571,6 +669,8 @@ struct Row {
     name: String,
     /// Mean over the runs; `None`: not counted.
     value: Option<f64>,
+    /// Why there is no value, in perf's words (`null` when counted).
+    missing: Option<Missing>,
     /// Standard deviation of the mean, % of the mean (with -r).
     stddev_pct: Option<f64>,
     time_enabled: u64,
@@ -633,6 +733,7 @@ fn summarise(plan: &Plan, runs: &[Measured]) -> Vec<Row> {
                 thread: (!thread.is_empty()).then(|| thread.clone()),
                 name: name.clone(),
                 value,
+                missing: value.is_none().then(|| plan.missing[i].unwrap_or(Missing::NotCounted)),
                 stddev_pct,
                 time_enabled: counted.iter().map(|v| v.time_enabled).sum::<u64>()
                     / counted.len().max(1) as u64,
@@ -665,6 +766,7 @@ fn grouped(v: f64) -> String {
 /// (value text, unit text) as perf prints them: clocks in msec.
 fn shown(r: &Row, csv: bool) -> (String, String) {
     match r.value {
+        None if r.missing == Some(Missing::NotSupported) => ("<not supported>".into(), String::new()),
         None => (
             "<not counted>".into(),
             if r.is_clock() { "msec".into() } else { r.unit.clone().unwrap_or_default() },
@@ -796,6 +898,7 @@ mod tests {
             thread: None,
             name: name.into(),
             value: Some(value),
+            missing: None,
             stddev_pct: None,
             time_enabled: enabled,
             time_running: running,
