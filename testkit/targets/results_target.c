@@ -1,10 +1,13 @@
 /* Target of papirus' results tests: calls `leaf` a known number of times,
  * then ends the way argv[1] says, forks, or creates many short threads. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +38,26 @@ __attribute__((noinline)) pid_t spawn_child(void) {
     pid_t k = fork();
     __asm__ volatile("" ::: "memory");
     return k;
+}
+
+/* Set in a fork child by a handler registered before the probe runtime's
+ * (`forkloop SECS hold`), so it runs first. */
+static volatile int in_fork_child;
+static void child_first(void) { in_fork_child = 1; }
+static int (*real_setspecific)(pthread_key_t, const void *);
+
+/* Built with -rdynamic, this interposes libc's for the runtime: in a fork
+ * child, the runtime's fork handler calls it after it published the
+ * child's record, and it stays here, outside the runtime, for up to 50
+ * rounds of 1 ms while its caller's code is mapped. A tool that took the
+ * child's PC for the whole story would unload the runtime under the
+ * handler, and the child would die returning into it. */
+int pthread_setspecific(pthread_key_t key, const void *value) {
+    if (in_fork_child) {
+        void *caller = (void *)((unsigned long)__builtin_return_address(0) & ~4095ul);
+        for (int i = 0; i < 50 && msync(caller, 4096, MS_ASYNC) == 0; i++) usleep(1000);
+    }
+    return real_setspecific(key, value);
 }
 
 static volatile sig_atomic_t release_held;
@@ -68,6 +91,7 @@ static void *exiter(void *arg) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "exit0";
+    real_setspecific = (int (*)(pthread_key_t, const void *))dlsym(RTLD_NEXT, "pthread_setspecific");
     calls(1000);
     printf("ready %d\n", getpid());
     fflush(stdout);
@@ -108,10 +132,12 @@ int main(int argc, char **argv) {
     if (!strcmp(mode, "forkloop")) {
         /* Forks short-lived children for argv[2] seconds; each checks its own sums. */
         int secs = argc > 2 ? atoi(argv[2]) : 4, ok = 0, bad = 0;
+        if (argc > 3 && !strcmp(argv[3], "hold")) pthread_atfork(0, 0, child_first);
         long want = calls(100) - calls(100);
         for (int round = 0; round < secs * 20; round++) {
             pid_t k = fork();
             if (k == 0) {
+                in_fork_child = 0;
                 for (int i = 0; i < 20; i++) {
                     long a = calls(100), b = calls(100);
                     if (a - b != want) _exit(3);

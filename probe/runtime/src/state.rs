@@ -1129,7 +1129,12 @@ pub(crate) extern "C" fn after_fork_child() {
     }
     let parent_pid =
         if parent_rec < seg.g.shape.procs { seg.proc_word(parent_rec, proc::PID).get() } else { 0 };
-    seg.proc_word(rec, proc::PID).set(u64::from(std::process::id()));
+    // Counted before the tool can see the record: from then on it may hold
+    // this child and restore it, and this handler goes on into libc
+    // (`pthread_setspecific`) and back, so no look at the PCs alone may
+    // let the tool unmap the runtime under it.
+    let _cold = Cold::enter(seg.base, rec);
+    seg.proc_word(rec, proc::PID).set(u64::from(sys::getpid()));
     seg.proc_word(rec, proc::PARENT).set(parent_pid);
     seg.init_proc(rec);
     seg.proc_word(rec, proc::STATE).store(1, Ordering::Release);

@@ -214,8 +214,7 @@ impl Process {
 
     fn loader(&self) -> Result<Loader> {
         let mappings = self.mappings()?;
-        let libc = find_module(&mappings, "libc.so").or_else(|| find_module(&mappings, "libc-"));
-        let Some(libc) = libc else {
+        let Some(libc) = libc_mapping(&mappings) else {
             return Err(Error::NotFound {
                 what: "libc".into(),
                 pid: self.pid,
@@ -335,6 +334,11 @@ impl Process {
 }
 
 /// The first mapping of the file whose name starts with `prefix`.
+/// The first mapping of libc, if the process has one.
+pub(super) fn libc_mapping(mappings: &[Mapping]) -> Option<&Mapping> {
+    find_module(mappings, "libc.so").or_else(|| find_module(mappings, "libc-"))
+}
+
 fn find_module<'a>(mappings: &'a [Mapping], prefix: &str) -> Option<&'a Mapping> {
     mappings
         .iter()

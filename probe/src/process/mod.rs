@@ -43,8 +43,10 @@
 //!   kept and delivered when the thread resumes (or re-queued when the thread
 //!   no longer sits in its delivery stop).
 //! - **A changed image is never written.** An execve during a stop is
-//!   [`Error::Exec`]; [`Process::image`] / [`Process::check_image`] tell whether
-//!   one happened while papirus was detached.
+//!   [`Error::Exec`], and so is one that overtakes the attach itself (its
+//!   seize refused for a moment, every held thread killed by it);
+//!   [`Image::of`] / [`Process::check_image`] tell whether one happened
+//!   before papirus held the process or while it was detached.
 //! - **Seccomp cannot kill the target for our syscalls.** The filter is
 //!   suspended while papirus holds the process, or the attach is refused before
 //!   anything is touched ([`Error::Seccomp`]).
@@ -245,6 +247,11 @@ impl Process {
             std::thread::sleep(Duration::from_millis(5));
             seized = ptrace::seize(Pid::from_raw(pid), options);
         }
+        // The execve may have ended between the refusal and the look at the
+        // leader: its new image can be seized now (a real refusal stays one).
+        if seized == Err(Errno::EPERM) {
+            seized = ptrace::seize(Pid::from_raw(pid), options);
+        }
         if let Err(errno) = seized {
             return Err(match errno {
                 Errno::EPERM | Errno::EINVAL if seccomp != 0 && !may_suspend_seccomp() => Error::Seccomp {
@@ -277,9 +284,38 @@ impl Process {
             }
         }
         match p.ending("attach") {
-            Some(e) => Err(e),
+            Some(_) => Err(p.leader_fate("attach")),
             None => Ok(p),
         }
+    }
+
+    /// Every held thread is on its way out: the process is ending, or a
+    /// thread papirus does not hold is in an execve, which kills the others
+    /// (with exit code 0, as `exit(0)` would). Waits for the leader to say
+    /// which: its end, or its place taken by the new image ([`Error::Exec`]).
+    fn leader_fate(&mut self, what: &'static str) -> Error {
+        let deadline = Instant::now() + self.timeout;
+        while Instant::now() < deadline {
+            let event = match sys::waitpid(self.pid, libc::__WALL | libc::WNOHANG) {
+                Ok(Some(status)) => wait::classify(self.pid, status),
+                Err(Errno::ECHILD) => Event::Gone(Exit::Unknown),
+                Ok(None) | Err(_) => {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+            };
+            match event {
+                Event::Gone(status) => {
+                    self.threads.remove(&self.pid);
+                    return self.leader_gone(status, what);
+                }
+                Event::Exec => return self.exec_error(what),
+                _ => {
+                    let _ = sys::ptrace(libc::PTRACE_CONT, self.pid, 0, 0);
+                }
+            }
+        }
+        self.ending(what).unwrap_or_else(|| self.exited(what, Exit::Unknown))
     }
 
     fn held(pid: i32, mem: File, child: bool) -> Process {

@@ -26,6 +26,8 @@ use crate::error::{Error, Result};
 
 /// `AT_ENTRY` in the aux vector.
 const AT_ENTRY: u64 = 9;
+/// `AT_BASE`: where the program interpreter (the dynamic loader) is mapped; 0 without one.
+const AT_BASE: u64 = 7;
 /// `AT_RANDOM`: the address of 16 bytes the kernel fills at random for each execve.
 const AT_RANDOM: u64 = 25;
 
@@ -36,6 +38,61 @@ pub struct Image {
     at: u64,
     random: [u8; 16],
 }
+
+impl Image {
+    /// The image process `pid` runs, looked at without holding it (as
+    /// before a seize: an execve between this look and the seize shows as
+    /// another image).
+    pub fn of(pid: i32) -> Result<Image> {
+        let at = auxv(pid, AT_RANDOM, "AT_RANDOM")?;
+        let mut random = [0u8; 16];
+        let remote = [nix::sys::uio::RemoteIoVec { base: at as usize, len: 16 }];
+        let done = nix::sys::uio::process_vm_readv(
+            Pid::from_raw(pid),
+            &mut [std::io::IoSliceMut::new(&mut random)],
+            &remote,
+        );
+        match done {
+            Ok(16) => Ok(Image { at, random }),
+            _ => Err(Error::Memory {
+                pid,
+                addr: at,
+                len: 16,
+                op: "read",
+                errno: done.err().unwrap_or(Errno::EIO),
+            }),
+        }
+    }
+
+    /// Whether process `pid` runs another image now: it called execve
+    /// since this one was taken (an execve in progress is waited for).
+    pub fn replaced(&self, pid: i32) -> bool {
+        let since = Instant::now();
+        while (super::in_execve(pid) || super::exec_settling(pid, since))
+            && since.elapsed() < super::DEFAULT_TIMEOUT
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        Image::of(pid).is_ok_and(|now| now != *self)
+    }
+}
+
+/// One entry of process `pid`'s aux vector (/proc/PID/auxv, a few hundred bytes, read whole).
+fn auxv(pid: i32, key: u64, name: &str) -> Result<u64> {
+    let path = super::proc_path(pid, "auxv");
+    let auxv = std::fs::read(&path).map_err(|source| Error::Io { path, source })?;
+    auxv.chunks_exact(16)
+        .map(|c| {
+            (
+                u64::from_ne_bytes(c[..8].try_into().unwrap_or_default()),
+                u64::from_ne_bytes(c[8..].try_into().unwrap_or_default()),
+            )
+        })
+        .find(|&(k, _)| k == key)
+        .map(|(_, v)| v)
+        .ok_or_else(|| Error::NotFound { what: name.into(), pid, detail: "/proc/PID/auxv".into() })
+}
+
 const INT3: u8 = 0xcc;
 
 /// How to start a program under papirus' control (builder; `spawn` may be called repeatedly).
@@ -371,10 +428,27 @@ impl Process {
     /// The program image the process runs now; compare it with
     /// [`Process::check_image`] after papirus was detached for a while.
     pub fn image(&self) -> Result<Image> {
-        let at = self.auxv(AT_RANDOM, "AT_RANDOM")?;
-        let mut random = [0u8; 16];
-        self.read_memory(at, &mut random)?;
-        Ok(Image { at, random })
+        Image::of(self.pid)
+    }
+
+    /// Whether the process runs a dynamically linked program whose loader
+    /// has not mapped libc yet: its leader is inside the interpreter
+    /// (`AT_BASE`) and no libc is mapped, as only just after an execve.
+    pub fn loader_pending(&self) -> Result<bool> {
+        let base = self.auxv(AT_BASE, "AT_BASE")?;
+        if base == 0 {
+            return Ok(false);
+        }
+        let maps = papirus_substrate::maps::read(self.pid)
+            .map_err(|source| Error::Io { path: super::proc_path(self.pid, "maps"), source })?;
+        if super::inject::libc_mapping(&maps).is_some() {
+            return Ok(false);
+        }
+        let Some(interp) = maps.iter().find(|m| m.start == base) else { return Ok(false) };
+        let rip = self.regs(self.pid)?.rip;
+        Ok(maps
+            .iter()
+            .any(|m| m.inode == interp.inode && m.dev == interp.dev && (m.start..m.end).contains(&rip)))
     }
 
     /// Fails with [`Error::Exec`] when the process no longer runs `image`: it
@@ -389,24 +463,9 @@ impl Process {
         }
     }
 
-    /// One entry of the aux vector (/proc/PID/auxv, a few hundred bytes, read whole).
+    /// One entry of the aux vector.
     fn auxv(&self, key: u64, name: &str) -> Result<u64> {
-        let path = super::proc_path(self.pid, "auxv");
-        let auxv = std::fs::read(&path).map_err(|source| Error::Io { path, source })?;
-        auxv.chunks_exact(16)
-            .map(|c| {
-                (
-                    u64::from_ne_bytes(c[..8].try_into().unwrap_or_default()),
-                    u64::from_ne_bytes(c[8..].try_into().unwrap_or_default()),
-                )
-            })
-            .find(|&(k, _)| k == key)
-            .map(|(_, v)| v)
-            .ok_or_else(|| Error::NotFound {
-                what: name.into(),
-                pid: self.pid,
-                detail: "/proc/PID/auxv".into(),
-            })
+        auxv(self.pid, key, name)
     }
 
     /// From the exec stop, runs the loader up to a temporary int3 at the entry point.

@@ -31,7 +31,7 @@ use super::{
 };
 use crate::inventory::Inventory;
 use crate::patch::{Arena, Refused};
-use crate::process::Process;
+use crate::process::{Image, Process};
 use papirus_probe_abi::layout::hdr;
 use papirus_probe_abi::{Probe, Report};
 use papirus_substrate::EventAttr;
@@ -161,6 +161,22 @@ fn sleep_while_running(pid: i32, stop: &Stop, until: Option<Instant>, mut drain:
 /// Instruments process `pid` until the duration ends or `stop` is set, then
 /// writes the report and detaches.
 pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeError> {
+    // The image first: an execve after this look, even one that ends
+    // before the seize, shows as another image once the target is held,
+    // and explains any failure it caused (a thread killed under a request,
+    // every thread "exiting", a seize refused, a program not loaded yet).
+    let seen = Image::of(opts.pid).ok();
+    attach_image(opts, stop, seen).map_err(|e| match seen {
+        Some(image)
+            if !matches!(e, ProbeError::Process(crate::Error::Exec { .. })) && image.replaced(opts.pid) =>
+        {
+            ProbeError::Process(crate::Error::Exec { pid: opts.pid, during: "the attach" })
+        }
+        _ => e,
+    })
+}
+
+fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Result<AttachSummary, ProbeError> {
     // The report converts ticks with it: calibrated while the target runs, not after.
     papirus_substrate::clock::set_up_in_background();
     super::check_counter_events(opts.probe, &opts.events)?;
@@ -176,6 +192,14 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     let stopped = Instant::now();
     // What the program runs now: an execve while detached is noticed before anything is written back.
     let image = p.image()?;
+    let exec = |during| ProbeError::Process(crate::Error::Exec { pid, during });
+    if seen.is_some_and(|s| s != image) {
+        return Err(exec("the attach"));
+    }
+    // An execve just before the first look: the new program is not loaded yet.
+    if p.loader_pending()? {
+        return Err(exec("the attach (its new program was still being loaded)"));
+    }
     let inv = match early {
         Ok(inv) if before.is_some() && code_mappings(pid) == before => inv,
         _ => Inventory::of_process(pid)?,
@@ -298,7 +322,9 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
     for (record, child, mut c) in kids {
         match restore(&mut c, installed.clone(), &arenas, &results, record, &hooks, library.as_ref()) {
             Ok(()) => restored.push(child),
-            // A child that exits meanwhile takes its patched code with it.
+            // A child that exits meanwhile takes its patched code with it
+            // (held at its exit stop, it is not a zombie yet).
+            Err(ProbeError::Process(crate::Error::TargetExited { .. })) => {}
             Err(_) if gone(child as i32) => {}
             Err(e) => failures.push(format!("child {child}: {e}")),
         }

@@ -469,6 +469,34 @@ fn children_forked_during_attach_are_restored() {
     assert!(rest.contains(" bad 0"), "every child computed its sums: {rest}");
 }
 
+/// `forkloop` with its children kept up to 50 ms inside the runtime's fork
+/// handler's call into libc, after the handler published the child's
+/// record (`results_target.c` makes that call wait in its own code while
+/// the runtime stays mapped): the children caught there at detach are
+/// restored only once they are out of the handler, so every child ends well.
+#[test]
+fn children_held_inside_the_fork_handler_are_restored_after_it() {
+    let exe = Cc::new(papirus_testkit::target("results_target.c"))
+        .args(["-pthread", "-fcf-protection=none", "-rdynamic"])
+        .built("results_target");
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Command::new(&exe).args(["forkloop", "2", "hold"]).stdout(Stdio::piped()).spawn().unwrap();
+    let mut stdout = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let pid = c.id() as i32;
+    std::thread::sleep(Duration::from_millis(200));
+    let out = dir.path().join("hold.json");
+    let o = attach(pid, &out, "0.5");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stderr}");
+    assert!(read(&out).processes.len() > 1, "children forked in the window are reported");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    assert!(c.wait().unwrap().success());
+    assert!(rest.contains(" bad 0"), "every child ended well: {rest}");
+}
+
 #[test]
 fn calls_deeper_than_the_shadow_stack_are_counted_and_said() {
     let exe = target();
