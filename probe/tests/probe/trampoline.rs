@@ -381,7 +381,7 @@ fn calls_are_exact_and_values_intact() {
 fn vector_arguments_and_returns_survive() {
     let fx = fixture();
     let Some(h) = fx.avx else {
-        eprintln!("skipped: this CPU has no AVX2");
+        papirus_testkit::skip("this CPU has no AVX2");
         return;
     };
     let (out, d) = delta(&["vfma"], || call_vfma(h));

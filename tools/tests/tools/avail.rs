@@ -173,7 +173,9 @@ fn no_panic(what: &str, o: &std::process::Output) {
 fn every_tool_survives_a_full_closed_or_short_stdout() {
     for (name, path, args) in every_tool() {
         let Some(path) = path else {
-            eprintln!("SKIP {name}: not built by this test run (cargo test --workspace builds it)");
+            papirus_testkit::skip(format!(
+                "{name}: not built by this test run (cargo test --workspace builds it)"
+            ));
             continue;
         };
         let o = Command::new("sh").arg("-c").arg("exec \"$0\" --version").arg(&path).output().unwrap();

@@ -108,7 +108,7 @@ fn tool(cmd: &str, args: &[&str], file: &Path) -> Option<String> {
         Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).into_owned()),
         Ok(o) => panic!("{cmd} {args:?} {} failed: {}", file.display(), String::from_utf8_lossy(&o.stderr)),
         Err(e) => {
-            eprintln!("skipping: cannot run {cmd}: {e}");
+            papirus_testkit::skip(format!("cannot run {cmd}: {e}"));
             None
         }
     }
@@ -193,7 +193,7 @@ fn c_program_agrees_with_nm_and_strip() {
     match status {
         Ok(s) => assert!(s.success()),
         Err(e) => {
-            eprintln!("skipping the strip half: cannot run strip: {e}");
+            papirus_testkit::skip(format!("the strip half: cannot run strip: {e}"));
             return;
         }
     }
@@ -220,7 +220,7 @@ fn libc_agrees_with_nm_dynamic() {
             .map(PathBuf::from)
             .find(|p| p.exists());
     let Some(libc) = libc else {
-        eprintln!("skipping: no glibc libc.so.6 in the usual places");
+        papirus_testkit::skip("no glibc libc.so.6 in the usual places");
         return;
     };
     let Some(expected) = nm_functions(&libc, &["-D", "--defined-only", "-S"], &["T", "t", "W", "i"]) else {
@@ -503,7 +503,7 @@ fn bad_input_is_a_clear_error() {
     if std::fs::read_to_string("/proc/2/comm").is_ok_and(|c| c.trim() == "kthreadd") {
         fails_with(&["list", "--pid", "2"], "kernel thread or a zombie");
     } else {
-        eprintln!("skipping the kernel-thread case: pid 2 is not kthreadd in this pid namespace");
+        papirus_testkit::skip("the kernel-thread case: pid 2 is not kthreadd in this pid namespace");
     }
     // A zombie: a child that exited and is not reaped yet.
     let mut zombie = Reaped(Command::new("true").spawn().unwrap());
@@ -542,7 +542,7 @@ fn not_permitted() {
         })
     });
     if uid.as_deref() != Some("0") {
-        eprintln!("skipping the other-user case: needs root to run the tool as nobody");
+        papirus_testkit::skip("the other-user case: needs root to run the tool as nobody");
         return;
     }
     let target = Reaped(Command::new("sleep").arg("30").spawn().unwrap());
@@ -570,6 +570,6 @@ fn not_permitted() {
                 String::from_utf8_lossy(&o.stderr).trim()
             );
         }
-        Err(e) => eprintln!("skipping the other-user case: cannot run setpriv: {e}"),
+        Err(e) => papirus_testkit::skip(format!("the other-user case: cannot run setpriv: {e}")),
     }
 }
