@@ -174,7 +174,7 @@ impl Drain {
 /// -P` (Debian's uftrace, installed here if missing), one after the other.
 fn end_to_end() {
     use papirus_probe::session::cost::{Driver, DriverRun, uftrace, uftraced};
-    use papirus_probe::session::{RunOptions, Selection, TraceRequest, find_runtime, run};
+    use papirus_probe::session::{Instrumentation, RunOptions, Selection, TraceRequest, find_runtime, run};
     const BATCH: u64 = 16_384;
     const SAMPLES: u64 = 60;
     let driver = Driver::build().unwrap_or_else(|e| panic!("{e}"));
@@ -183,22 +183,24 @@ fn end_to_end() {
     let papirus = |name: &str, trace: bool| -> (DriverRun, Option<papirus_probe::session::TraceSummary>) {
         let (args, out) = driver.args(BATCH, SAMPLES, name);
         let opts = RunOptions {
-            probe: Probe::Wallclock,
-            events: vec![],
-            selection: Selection { functions: vec!["tiny".into()], ..Selection::default() },
-            output: dir.path().join(format!("{name}.json")),
             program: driver.path().to_path_buf(),
             args,
-            runtime: find_runtime().unwrap_or_else(|e| panic!("{e}")),
-            per_thread: false,
-            nodes: 0,
-            trace: trace.then(|| TraceRequest {
-                output: dir.path().join(format!("{name}.ptrace")),
-                functions: vec![],
-                min_duration: Duration::ZERO,
-                depth: None,
-                ring: papirus_probe_abi::DEFAULT_RING,
-            }),
+            instrumentation: Instrumentation {
+                probe: Probe::Wallclock,
+                events: vec![],
+                selection: Selection { functions: vec!["tiny".into()], ..Selection::default() },
+                output: dir.path().join(format!("{name}.json")),
+                runtime: find_runtime().unwrap_or_else(|e| panic!("{e}")),
+                per_thread: false,
+                nodes: 0,
+                trace: trace.then(|| TraceRequest {
+                    output: dir.path().join(format!("{name}.ptrace")),
+                    functions: vec![],
+                    min_duration: Duration::ZERO,
+                    depth: None,
+                    ring: papirus_probe_abi::DEFAULT_RING,
+                }),
+            },
         };
         let s = run(&opts).unwrap_or_else(|e| panic!("papirus-probe run: {e}"));
         (Driver::read(&out).unwrap(), s.trace)

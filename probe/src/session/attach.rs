@@ -15,7 +15,6 @@
 //! restored the same way and released before the target itself.
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -26,39 +25,24 @@ use super::release::{Kept, release_recorded, runtime_mapping, unload_runtime};
 use super::results::{Results, maps_segment, other_process_state, write};
 use super::trace::TraceSummary;
 use super::{
-    Chosen, Measure, ProbeError, RUNTIME_FILE, Selection, TargetHooks, TraceRequest, patch_stopped, select,
-    start_session, unpatch_stopped,
+    Chosen, Instrumentation, ProbeError, RUNTIME_FILE, TargetHooks, patch_stopped, select, start_session,
+    unpatch_stopped,
 };
 use crate::inventory::Inventory;
 use crate::patch::{Arena, Refused};
 use crate::process::{Image, Process};
+use papirus_probe_abi::Report;
 use papirus_probe_abi::layout::hdr;
-use papirus_probe_abi::{Probe, Report};
-use papirus_substrate::EventAttr;
 
 /// What to attach to and measure.
 #[derive(Debug, Clone)]
 pub struct AttachOptions {
     /// The process.
     pub pid: i32,
-    /// The probe.
-    pub probe: Probe,
-    /// Counter events of the counters probe, resolved ([`super::resolve_events`]).
-    pub events: Vec<EventAttr>,
-    /// Which functions.
-    pub selection: Selection,
-    /// Where the report goes.
-    pub output: PathBuf,
     /// How long to measure; until `stop` is set when `None`.
     pub duration: Option<Duration>,
-    /// The runtime library.
-    pub runtime: PathBuf,
-    /// Keep ended threads' figures per thread (bounded) instead of folding them.
-    pub per_thread: bool,
-    /// Call-path tree nodes per thread (0: the default).
-    pub nodes: u64,
-    /// Trace every call, when set.
-    pub trace: Option<TraceRequest>,
+    /// What to measure, and where the report goes.
+    pub instrumentation: Instrumentation,
 }
 
 /// Rounds of letting the target run while a thread is inside the runtime at detach.
@@ -179,9 +163,9 @@ pub fn attach(opts: &AttachOptions, stop: &Stop) -> Result<AttachSummary, ProbeE
 fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Result<AttachSummary, ProbeError> {
     // The report converts ticks with it: calibrated while the target runs, not after.
     papirus_substrate::clock::set_up_in_background();
-    super::check_counter_events(opts.probe, &opts.events)?;
-    super::check_trace(opts.probe, opts.trace.as_ref())?;
-    papirus_formats::output::check_writable(&opts.output)?;
+    super::check_counter_events(opts.instrumentation.probe, &opts.instrumentation.events)?;
+    super::check_trace(opts.instrumentation.probe, opts.instrumentation.trace.as_ref())?;
+    papirus_formats::output::check_writable(&opts.instrumentation.output)?;
     let pid = opts.pid;
     // The modules are read before the target is stopped, so its threads wait
     // only for the patching; read again once it is stopped if its code
@@ -206,7 +190,7 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
     };
     // Select before touching anything: a selection that matches nothing loads nothing.
     let Chosen { mut names, mut specs, left_out } =
-        select(&inv, &opts.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
+        select(&inv, &opts.instrumentation.selection, &PLACEHOLDER, None, &mut |a| p.read_u64(a).ok())?;
     // A reference of papirus' own to the runtime, given back at detach
     // (without one, the runtime stays: it was there before papirus came).
     let (library, no_reference) = match runtime_mapping(pid) {
@@ -216,16 +200,10 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
         },
         None => {
             super::results::settle(&mut p)?;
-            (Some(p.inject(&opts.runtime)?), None)
+            (Some(p.inject(&opts.instrumentation.runtime)?), None)
         }
     };
-    let m = Measure {
-        probe: opts.probe,
-        events: &opts.events,
-        per_thread: opts.per_thread,
-        nodes: opts.nodes,
-        trace: opts.trace.as_ref(),
-    };
+    let m = opts.instrumentation.measure();
     let started = TargetHooks::find(&p).and_then(|hooks| {
         for s in &mut specs {
             s.hook = match s.hook {
@@ -335,7 +313,7 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
     restore_returns(&mut p, &results, 0)?;
     let t0 = Instant::now();
     let end = papirus_substrate::arch::rdtsc();
-    let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
+    let report = results.report(pid, opts.instrumentation.probe, &opts.instrumentation.events, names, &|q| {
         if q == pid as u32 || restored.contains(&q) { "detached".to_string() } else { other_process_state(q) }
     });
     // End the session whatever the report's fate: nothing of it may stay
@@ -355,7 +333,7 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
     let (kept, released) = kept?;
     let runtime_stays = runtime?;
     let report = report?;
-    write(&opts.output, &report)?;
+    write(&opts.instrumentation.output, &report)?;
     let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
     let report_time = t0.elapsed();
     if !failures.is_empty() {
@@ -386,10 +364,11 @@ fn report_ended(
     how: &str,
 ) -> Result<Report, ProbeError> {
     let pid = opts.pid;
-    let report = results.report(pid, opts.probe, &opts.events, names, &|q| {
-        if q == pid as u32 { how.to_string() } else { other_process_state(q) }
-    })?;
-    write(&opts.output, &report)?;
+    let report =
+        results.report(pid, opts.instrumentation.probe, &opts.instrumentation.events, names, &|q| {
+            if q == pid as u32 { how.to_string() } else { other_process_state(q) }
+        })?;
+    write(&opts.instrumentation.output, &report)?;
     Ok(report)
 }
 

@@ -333,6 +333,40 @@ fn trace_options(
     })
 }
 
+/// What to measure and where its report goes: what `run` and `attach` share.
+#[derive(Debug, Clone)]
+pub struct Instrumentation {
+    /// The probe.
+    pub probe: Probe,
+    /// Counter events of the counters probe, resolved ([`resolve_events`]).
+    pub events: Vec<EventAttr>,
+    /// Which functions.
+    pub selection: Selection,
+    /// Where the report goes.
+    pub output: PathBuf,
+    /// The runtime library.
+    pub runtime: PathBuf,
+    /// Keep ended threads' figures per thread (bounded) instead of folding them.
+    pub per_thread: bool,
+    /// Call-path tree nodes per thread (0: the default).
+    pub nodes: u64,
+    /// Trace every call, when set.
+    pub trace: Option<TraceRequest>,
+}
+
+impl Instrumentation {
+    /// What the session records.
+    fn measure(&self) -> Measure<'_> {
+        Measure {
+            probe: self.probe,
+            events: &self.events,
+            per_thread: self.per_thread,
+            nodes: self.nodes,
+            trace: self.trace.as_ref(),
+        }
+    }
+}
+
 /// What a session records, as `run` and `attach` were asked.
 #[derive(Debug, Clone, Copy)]
 struct Measure<'a> {

@@ -20,38 +20,20 @@ use nix::unistd::Pid;
 
 use super::results::{Results, other_process_state, write};
 use super::trace::{TraceSummary, Tracing};
-use super::{
-    Chosen, Measure, ProbeError, Selection, TargetHooks, TraceRequest, patch_stopped, select, start_session,
-};
+use super::{Chosen, Instrumentation, ProbeError, TargetHooks, patch_stopped, select, start_session};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
 use crate::process::{Exit, Process, Spawn};
-use papirus_probe_abi::Probe;
-use papirus_substrate::EventAttr;
 
 /// What to run and measure.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// The probe.
-    pub probe: Probe,
-    /// Counter events of the counters probe, resolved ([`super::resolve_events`]).
-    pub events: Vec<EventAttr>,
-    /// Which functions.
-    pub selection: Selection,
-    /// Where the report goes.
-    pub output: PathBuf,
     /// The program.
     pub program: PathBuf,
     /// Its arguments.
     pub args: Vec<OsString>,
-    /// The runtime library.
-    pub runtime: PathBuf,
-    /// Keep ended threads' figures per thread (bounded) instead of folding them.
-    pub per_thread: bool,
-    /// Call-path tree nodes per thread (0: the default).
-    pub nodes: u64,
-    /// Trace every call, when set.
-    pub trace: Option<TraceRequest>,
+    /// What to measure, and where the report goes.
+    pub instrumentation: Instrumentation,
 }
 
 /// How a run went.
@@ -79,10 +61,11 @@ pub struct RunSummary {
 pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
     // The report converts ticks with it: calibrated while the target runs, not after.
     papirus_substrate::clock::set_up_in_background();
-    super::check_counter_events(opts.probe, &opts.events)?;
-    super::check_trace(opts.probe, opts.trace.as_ref())?;
-    papirus_formats::output::check_writable(&opts.output)?;
-    let runtime = std::path::absolute(&opts.runtime).unwrap_or_else(|_| opts.runtime.clone());
+    super::check_counter_events(opts.instrumentation.probe, &opts.instrumentation.events)?;
+    super::check_trace(opts.instrumentation.probe, opts.instrumentation.trace.as_ref())?;
+    papirus_formats::output::check_writable(&opts.instrumentation.output)?;
+    let runtime = std::path::absolute(&opts.instrumentation.runtime)
+        .unwrap_or_else(|_| opts.instrumentation.runtime.clone());
     let mut p = Spawn::new(&opts.program).args(&opts.args).preload(&runtime).spawn()?;
     let pid = p.pid();
     let prepared = prepare(&mut p, opts);
@@ -121,11 +104,21 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
         }
     };
     let t0 = std::time::Instant::now();
-    let report = results.report(pid, opts.probe, &opts.events, names, &ended)?;
-    write(&opts.output, &report)?;
+    let report =
+        results.report(pid, opts.instrumentation.probe, &opts.instrumentation.events, names, &ended)?;
+    write(&opts.instrumentation.output, &report)?;
     let trace = tracing.map(|t| t.finish(&seg, end, super::trace_footer(&report))).transpose()?;
     let report_time = t0.elapsed();
-    Ok(RunSummary { pid, exit, exec, installed, refused, output: opts.output.clone(), report_time, trace })
+    Ok(RunSummary {
+        pid,
+        exit,
+        exec,
+        installed,
+        refused,
+        output: opts.instrumentation.output.clone(),
+        report_time,
+        trace,
+    })
 }
 
 type Prepared = (Vec<String>, Results, usize, Vec<Refused>, Option<Tracing>);
@@ -143,14 +136,10 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
     })?;
     let inv = Inventory::of_process(pid)?;
     let Chosen { mut names, mut specs, left_out } =
-        select(&inv, &opts.selection, &hooks, p.entry_point().ok(), &mut |a| p.read_u64(a).ok())?;
-    let m = Measure {
-        probe: opts.probe,
-        events: &opts.events,
-        per_thread: opts.per_thread,
-        nodes: opts.nodes,
-        trace: opts.trace.as_ref(),
-    };
+        select(&inv, &opts.instrumentation.selection, &hooks, p.entry_point().ok(), &mut |a| {
+            p.read_u64(a).ok()
+        })?;
+    let m = opts.instrumentation.measure();
     let (results, tracing) = start_session(p, &hooks, m, &mut names, &mut specs)?;
     // A failure kills the program (see `run`): its patches need no restoring.
     let (outcome, patched) = patch_stopped(p, &specs);

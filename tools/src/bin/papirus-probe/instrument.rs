@@ -15,7 +15,8 @@ use nix::sys::signal::{SigSet, Signal};
 use papirus_calibrate::CostFile;
 use papirus_probe::process::Exit;
 use papirus_probe::session::{
-    self, AttachOptions, ProbeCost, Report, RunOptions, Selection, SortKey, TraceRequest, View,
+    self, AttachOptions, Instrumentation, ProbeCost, Report, RunOptions, Selection, SortKey, TraceRequest,
+    View,
 };
 use papirus_substrate::EventAttr;
 use papirus_tools::export::{self, Format};
@@ -159,7 +160,7 @@ impl ProbeArgs {
     }
 
     /// The probe, its event names, the selection and the runtime library.
-    fn parts(&self) -> Result<(session::Probe, Vec<EventAttr>, Selection, PathBuf), Failure> {
+    fn parts(&self) -> Result<Parts, Failure> {
         let p = session::parse_probe(&self.probe)?;
         let events = session::resolve_events(p, &self.events)?;
         let sel = Selection {
@@ -169,7 +170,29 @@ impl ProbeArgs {
         };
         Ok((p, events, sel, session::find_runtime()?))
     }
+
+    /// What `run` and `attach` measure, from [`Self::parts`].
+    fn instrumentation(
+        &self,
+        (probe, events, selection, runtime): Parts,
+        output: PathBuf,
+        trace: Option<TraceRequest>,
+    ) -> Instrumentation {
+        Instrumentation {
+            probe,
+            events,
+            selection,
+            output,
+            runtime,
+            per_thread: self.per_thread,
+            nodes: self.tree_nodes.unwrap_or(0),
+            trace,
+        }
+    }
 }
+
+/// The probe, its resolved events, the selection and the runtime library.
+type Parts = (session::Probe, Vec<EventAttr>, Selection, PathBuf);
 
 /// The most a `@FILE` of globs may hold.
 const MAX_GLOB_FILE: u64 = 16 << 20;
@@ -435,21 +458,14 @@ fn status_of(exit: Exit) -> Result<u8, Failure> {
 
 /// `papirus-probe run`: returns the target's exit status.
 pub fn run(args: &RunArgs) -> Result<u8, Failure> {
-    let (p, events, selection, runtime) = args.measure.probe.parts()?;
+    let parts = args.measure.probe.parts()?;
     let costs = load_costs(args.measure.probe.costs.as_deref())?;
     let file = ReportFile::new(args.measure.probe.output.as_deref())?;
     let trace = args.measure.probe.trace(&file.scratch)?;
     let opts = RunOptions {
-        probe: p,
-        events,
-        selection,
-        output: file.path.clone(),
         program: PathBuf::from(&args.command[0]),
         args: args.command[1..].to_vec(),
-        runtime,
-        per_thread: args.measure.probe.per_thread,
-        nodes: args.measure.probe.tree_nodes.unwrap_or(0),
-        trace: trace.clone(),
+        instrumentation: args.measure.probe.instrumentation(parts, file.path.clone(), trace.clone()),
     };
     let s = session::run(&opts)?;
     let mut view = args.measure.view.view(None);
@@ -548,7 +564,7 @@ fn ending_signals() -> SigSet {
 /// normal end of the measurement; any other of these signals is raised again
 /// afterwards with its default action, so the exit status says what ended us.
 pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
-    let (p, events, selection, runtime) = args.measure.probe.parts()?;
+    let parts = args.measure.probe.parts()?;
     let costs = load_costs(args.measure.probe.costs.as_deref())?;
     let file = ReportFile::new(args.measure.probe.output.as_deref())?;
     let duration = args.duration;
@@ -568,15 +584,8 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     let trace = args.measure.probe.trace(&file.scratch)?;
     let opts = AttachOptions {
         pid: args.pid,
-        probe: p,
-        events,
-        selection,
-        output: file.path.clone(),
         duration,
-        runtime,
-        per_thread: args.measure.probe.per_thread,
-        nodes: args.measure.probe.tree_nodes.unwrap_or(0),
-        trace: trace.clone(),
+        instrumentation: args.measure.probe.instrumentation(parts, file.path.clone(), trace.clone()),
     };
     let attached = session::attach(&opts, &stop);
     let by = Signal::try_from(STOPPED_BY.load(Ordering::Relaxed)).ok();
