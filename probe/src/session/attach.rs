@@ -203,7 +203,6 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
             (Some(p.inject(&opts.instrumentation.runtime)?), None)
         }
     };
-    let m = opts.instrumentation.measure();
     let started = TargetHooks::find(&p).and_then(|hooks| {
         for s in &mut specs {
             s.hook = match s.hook {
@@ -212,7 +211,8 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
                 _ => hooks.catch,
             };
         }
-        let (results, tracing) = start_session(&mut p, &hooks, m, &mut names, &mut specs)?;
+        let (results, tracing) =
+            start_session(&mut p, &hooks, &opts.instrumentation, &mut names, &mut specs)?;
         Ok((hooks, results, tracing))
     });
     let (hooks, results, mut tracing) = match started {

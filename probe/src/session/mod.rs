@@ -354,46 +354,23 @@ pub struct Instrumentation {
     pub trace: Option<TraceRequest>,
 }
 
-impl Instrumentation {
-    /// What the session records.
-    fn measure(&self) -> Measure<'_> {
-        Measure {
-            probe: self.probe,
-            events: &self.events,
-            per_thread: self.per_thread,
-            nodes: self.nodes,
-            trace: self.trace.as_ref(),
-        }
-    }
-}
-
-/// What a session records, as `run` and `attach` were asked.
-#[derive(Debug, Clone, Copy)]
-struct Measure<'a> {
-    probe: Probe,
-    events: &'a [EventAttr],
-    per_thread: bool,
-    nodes: u64,
-    trace: Option<&'a TraceRequest>,
-}
-
 /// Numbers the traced functions first (renumbering `specs`), starts the
 /// session in the stopped target and the trace file; a trace file that
 /// cannot be started ends the session again.
 fn start_session(
     p: &mut Process,
     hooks: &TargetHooks,
-    m: Measure<'_>,
+    m: &Instrumentation,
     names: &mut Vec<String>,
     specs: &mut [crate::patch::FunctionSpec],
 ) -> Result<(results::Results, Option<trace::Tracing>), ProbeError> {
     // The TSC's rate only for a trace: other sessions need not wait for its
     // calibration before the target starts.
-    let traced = m.trace.map(|req| (req, results::tsc_rate()));
+    let traced = m.trace.as_ref().map(|req| (req, results::tsc_rate()));
     let trace = traced.map(|(req, rate)| trace_options(req, names, specs, rate)).transpose()?;
     let spec = results::SessionSpec {
         probe: m.probe,
-        events: m.events,
+        events: &m.events,
         functions: names.len(),
         per_thread: m.per_thread,
         nodes: m.nodes,

@@ -139,8 +139,7 @@ fn prepare(p: &mut Process, opts: &RunOptions) -> Result<Prepared, ProbeError> {
         select(&inv, &opts.instrumentation.selection, &hooks, p.entry_point().ok(), &mut |a| {
             p.read_u64(a).ok()
         })?;
-    let m = opts.instrumentation.measure();
-    let (results, tracing) = start_session(p, &hooks, m, &mut names, &mut specs)?;
+    let (results, tracing) = start_session(p, &hooks, &opts.instrumentation, &mut names, &mut specs)?;
     // A failure kills the program (see `run`): its patches need no restoring.
     let (outcome, patched) = patch_stopped(p, &specs);
     patched?;
