@@ -79,6 +79,18 @@ struct Ops {
     read_running: Box<dyn Fn(bool)>,
 }
 
+impl Ops {
+    /// Operation `pick` (0 read, 1 real, 2 virt, 3 start + stop).
+    fn op(&self, pick: usize) -> &dyn Fn() -> i64 {
+        match pick {
+            0 => &*self.read,
+            1 => &*self.real,
+            2 => &*self.virt,
+            _ => &*self.start_stop,
+        }
+    }
+}
+
 const TASK_CLOCK: &str = "perf::TASK-CLOCK";
 
 fn papirus_ops() -> Ops {
@@ -203,12 +215,7 @@ fn main() {
     ] {
         let mut g = c.benchmark_group(what);
         for l in &libs {
-            let f: &dyn Fn() -> i64 = match pick {
-                0 => &*l.read,
-                1 => &*l.real,
-                2 => &*l.virt,
-                _ => &*l.start_stop,
-            };
+            let f = l.op(pick);
             (l.read_running)(pick != 3);
             g.bench_function(l.name, |b| b.iter(f));
             (l.read_running)(true);
@@ -232,12 +239,7 @@ fn main() {
         let t: Vec<f64> = libs
             .iter()
             .map(|l| {
-                let f: &dyn Fn() -> i64 = match pick {
-                    0 => &*l.read,
-                    1 => &*l.real,
-                    2 => &*l.virt,
-                    _ => &*l.start_stop,
-                };
+                let f = l.op(pick);
                 (l.read_running)(pick != 3);
                 let t = median_ns(f, n);
                 (l.read_running)(true);
