@@ -266,6 +266,7 @@ fn drain_rate() -> (f64, f64) {
     for (i, v) in shape.header() {
         set(i as u64, v);
     }
+    set(hdr::SLOTS_USED as u64, 1);
     let r = g.slot_at(0) + g.slot_ring();
     for i in 0..ring {
         set(r + i * 3, i);

@@ -175,6 +175,11 @@ impl<'a> Segment<'a> {
         self.at(i as u64)
     }
 
+    /// Slots ever claimed ([`hdr::SLOTS_USED`]): the slots worth reading.
+    pub fn slots_used(&self) -> u64 {
+        self.header(hdr::SLOTS_USED).min(self.g.shape.slots)
+    }
+
     /// Threads of process record `record` inside the runtime's cold paths
     /// ([`proc::COLD`]) or in a hook's call out of the runtime
     /// ([`slot::OUTSIDE`] of its live slots); 0 for a record past the end.
@@ -183,7 +188,7 @@ impl<'a> Segment<'a> {
         if u64::from(record) >= g.shape.procs {
             return 0;
         }
-        let outside = (0..g.shape.slots)
+        let outside = (0..self.slots_used())
             .map(|i| g.slot_at(i))
             .filter(|&at| {
                 self.at(at + slot::STATE as u64) == slot::LIVE
@@ -302,7 +307,7 @@ impl<'a> Segment<'a> {
             });
         }
         let hw = layout::SLOT_HEADER_WORDS;
-        for i in 0..g.shape.slots {
+        for i in 0..self.slots_used() {
             let at = g.slot_at(i);
             if self.at(at + slot::STATE as u64) == slot::FREE {
                 continue;
@@ -350,7 +355,7 @@ impl<'a> Segment<'a> {
     pub fn open_frames(&self) -> Vec<OpenFrame> {
         let g = self.g;
         let mut out = Vec::new();
-        for i in 0..g.shape.slots {
+        for i in 0..self.slots_used() {
             let at = g.slot_at(i);
             if self.at(at + slot::STATE as u64) != slot::LIVE {
                 continue;
@@ -472,6 +477,7 @@ mod tests {
         for (i, v) in g.shape.header() {
             set(i, v);
         }
+        set(hdr::SLOTS_USED, g.shape.slots);
         w
     }
 
@@ -537,6 +543,15 @@ mod tests {
         assert_eq!((seg.cold(0), seg.cold(1), seg.cold(2), seg.cold(u32::MAX)), (2, 0, 0, 0));
         let open = seg.open_frames();
         assert_eq!((open.len(), open[0].tid, open[0].depth), (1, 43, 0));
+        // Slots at or above the claimed bound are never read (their pages stay unallocated).
+        set(hdr::SLOTS_USED as u64, 1);
+        assert!(seg.sample().unwrap()[0].threads.is_empty());
+        assert!(seg.open_frames().is_empty());
+        set(p + proc::COLD as u64, 0);
+        set(s + slot::OUTSIDE as u64, 1);
+        assert_eq!(seg.cold(0), 0);
+        set(hdr::SLOTS_USED as u64, 2);
+        assert_eq!(seg.cold(0), 1);
     }
 
     #[test]

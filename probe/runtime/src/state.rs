@@ -454,6 +454,7 @@ fn claim(base: usize, p: u64, tid: u64) -> Option<&'static Thread> {
         // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
         let t = unsafe { &*(w as *const AtomicU64 as *const Thread) };
         if t.state.compare_exchange(slot::FREE, slot::LIVE, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            word_at(base, hdr::SLOTS_USED as u64).fetch_max(i + 1, Ordering::Relaxed);
             t.init(p, tid);
             let rec = layout::HEADER_WORDS + p * FLAT.proc_words.get();
             word_at(base, rec + proc::THREADS as u64).fetch_add(1, Ordering::Relaxed);
@@ -492,6 +493,11 @@ impl Seg {
         unsafe { &*((self.base + i as usize * 8) as *const AtomicU64) }
     }
 
+    /// Slots ever claimed ([`hdr::SLOTS_USED`]).
+    fn slots_used(&self) -> u64 {
+        self.word(hdr::SLOTS_USED as u64).load(Ordering::Relaxed).min(self.g.shape.slots)
+    }
+
     /// The whole segment as a slice (for snapshots of this process).
     pub(crate) fn words(&self) -> &'static [AtomicU64] {
         // SAFETY: the mapping spans `total_words` words and is only unmapped by teardown.
@@ -504,7 +510,7 @@ impl Seg {
         loop {
             let mut kept = 0;
             let mut oldest: Option<(u64, &'static Thread)> = None;
-            for i in 0..self.g.shape.slots {
+            for i in 0..self.slots_used() {
                 let at = self.g.slot_at(i);
                 // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
                 let t = unsafe { &*(self.word(at) as *const AtomicU64 as *const Thread) };

@@ -266,7 +266,7 @@ impl Drainer {
     pub fn drain(&mut self, seg: &Segment<'_>, w: &mut TraceWriter) -> Result<u64, ProbeError> {
         let mut copied = 0;
         let rw = self.words as usize;
-        for i in 0..self.slots.len() {
+        for i in 0..(seg.slots_used() as usize).min(self.slots.len()) {
             self.buf.clear();
             let d = seg.drain(i as u64, self.slots[i].next, &mut self.buf);
             self.slots[i].next = d.next;
