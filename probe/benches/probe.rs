@@ -9,6 +9,9 @@
 //! typical -O2 entry, and one behind a 5-byte nop); and end to end, one
 //! program plain, under `papirus-probe run` (with and without `--trace`) and
 //! under `uftrace record -P` (Debian's uftrace, installed when missing).
+//! Beside the wallclock row, its floor: the same trampoline, hijacked
+//! return and two `rdtsc` with no bookkeeping, in a program of its own
+//! (testkit/targets/probe_floor.c), so what papirus adds shows.
 //!
 //! The counters probe's events are fixed per process, so the task-clock +
 //! page-faults rows run in a child process of this bench (the same binary),
@@ -307,6 +310,51 @@ fn drain_rate() -> (f64, f64) {
     (s.calls as f64 / secs, s.bytes as f64 / secs)
 }
 
+/// The cost floor of any return-hijacking probe with two TSC reads, part by
+/// part (testkit/targets/probe_floor.c, ns per call, medians in thread CPU
+/// time): what the wallclock probe's added cost is made of.
+struct Floor {
+    plain: f64,
+    trampoline: f64,
+    hijack: f64,
+    clock: f64,
+}
+
+fn floor() -> Result<Floor, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_floor.c")).build(dir.path(), "floor");
+    let out = Command::new(&exe).output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<f64> =
+        text.trim().strip_prefix("floor ").unwrap_or("").split(' ').filter_map(|w| w.parse().ok()).collect();
+    match v[..] {
+        [plain, trampoline, hijack, clock] => Ok(Floor { plain, trampoline, hijack, clock }),
+        _ => Err(format!("the floor program printed `{}` ({})", text.trim(), out.status)),
+    }
+}
+
+impl Floor {
+    /// Prints the parts beside `added`, the wallclock probe's added cost.
+    fn print(&self, added: f64) {
+        let floor = self.clock - self.plain;
+        println!("    where it goes (the same call shape in a program of its own, this run):");
+        for (what, ns) in [
+            ("trampoline + call of a hook doing nothing", self.trampoline - self.plain),
+            (
+                "return hijacked through an exit stub (the function's `ret` mispredicts)",
+                self.hijack - self.trampoline,
+            ),
+            ("one `rdtsc` in each hook", self.clock - self.hijack),
+        ] {
+            println!("      +{ns:6.2} ns  {what}");
+        }
+        println!(
+            "      ={floor:6.2} ns  the floor of a return-hijacking probe with two TSC reads; papirus' own bookkeeping (thread lookup, shadow stack, call-path tree) adds {:.2} ns",
+            added - floor
+        );
+    }
+}
+
 fn main() {
     if let Some(events) = std::env::var_os(CHILD) {
         child(&events.to_string_lossy());
@@ -374,6 +422,10 @@ fn main() {
     println!("  {:<38}{base:8.2} ns", "uninstrumented");
     line("trampoline, empty probe", empty, base, "");
     line("trampoline, wallclock probe", wall, base, "");
+    match floor() {
+        Ok(f) => f.print(wall - base),
+        Err(e) => println!("  the wallclock probe's floor: not measured: {e}"),
+    }
     if counters {
         let cnt = rows[2];
         line(
