@@ -76,8 +76,10 @@ const _: () = {
 unsafe fn at<'a, A>(base: NonNull<u8>, f: Field<A>) -> &'a A {
     // SAFETY: `f` is one of the constants above: inside the first page and
     // aligned for `A` (an atomic of the field's width); the caller vouches
-    // for the page's lifetime and atomic-only access.
-    unsafe { &*base.as_ptr().add(f.0).cast::<A>() }
+    // for the page's lifetime and atomic-only access. `as_ref`, not `&*`:
+    // a dereference written here would carry a debug build's alignment
+    // check, a call the probe runtime's hot path must not contain.
+    unsafe { base.add(f.0).cast::<A>().as_ref() }
 }
 
 // Capability bits of `capabilities` (cap_bit0 is bit 0, deprecated).
