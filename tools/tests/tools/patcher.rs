@@ -28,7 +28,7 @@ fn report(path: &Path) -> rt::Report {
 /// Calls of `name` summed over threads.
 fn calls(r: &rt::Report, name: &str) -> u64 {
     let id = r.id(name).unwrap_or_else(|| panic!("{name} not in the session"));
-    r.threads.iter().flat_map(|t| &t.functions).filter(|f| f.id == id).map(|f| f.calls).sum()
+    r.threads.iter().flat_map(|t| &t.functions).filter(|f| f.id == id).map(|f| f.figures.calls).sum()
 }
 
 /// Where `at` names a place in `path`: a symbol, or `+0x…` a link-time address.
