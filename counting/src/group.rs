@@ -355,6 +355,12 @@ mod tests {
         (g, leader, pf, cs)
     }
 
+    /// A group read of `members` in their order: times, then value and id of each.
+    fn read_of(members: [&Member; 3], enabled: u64, running: u64, values: [u64; 3]) -> [u64; 9] {
+        let [a, b, c] = members;
+        [3, enabled, running, values[0], a.id(), values[1], b.id(), values[2], c.id()]
+    }
+
     #[test]
     fn members_join_the_leader_with_group_format() {
         let mock = MockSys::new();
@@ -439,11 +445,11 @@ mod tests {
     fn never_scheduled_and_overrun_groups() {
         let mock = MockSys::new();
         let (g, leader, pf, cs) = three(&mock);
-        mock.push_read(&[3, 1_000, 0, 0, leader.id(), 0, pf.id(), 0, cs.id()]);
+        mock.push_read(&read_of([&leader, &pf, &cs], 1_000, 0, [0; 3]));
         let c = g.read().unwrap();
         let e = c[&pf].since(&Count::ZERO);
         assert_eq!((e.scaling(), e.value, e.counted()), (Scaling::NeverRan, 0, None));
-        mock.push_read(&[3, 1_000, 1_001, 4, leader.id(), 5, pf.id(), 6, cs.id()]);
+        mock.push_read(&read_of([&leader, &pf, &cs], 1_000, 1_001, [4, 5, 6]));
         let c = g.read().unwrap();
         let e = c[&cs].since(&Count::ZERO);
         assert_eq!((e.scaling(), e.value), (Scaling::RunningExceedsEnabled, 6));
@@ -453,7 +459,7 @@ mod tests {
     fn malformed_buffers_are_errors_not_panics() {
         let mock = MockSys::new();
         let (g, leader, pf, cs) = three(&mock);
-        let full = [3, 10, 10, 1, leader.id(), 2, pf.id(), 3, cs.id()];
+        let full = read_of([&leader, &pf, &cs], 10, 10, [1, 2, 3]);
         let bytes: Vec<u8> = full.iter().flat_map(|w: &u64| w.to_ne_bytes()).collect();
 
         for cut in [0usize, 7, 16, 24, 40, 71] {
@@ -484,19 +490,9 @@ mod tests {
     #[test]
     fn foreign_members_are_not_found() {
         let mock = MockSys::new();
-        let (g, leader, ..) = three(&mock);
+        let (g, leader, pf, cs) = three(&mock);
         let (other, ..) = three(&mock);
-        mock.push_read(&[
-            3,
-            1,
-            1,
-            1,
-            leader.id(),
-            2,
-            g.members().nth(1).unwrap().id(),
-            3,
-            g.members().nth(2).unwrap().id(),
-        ]);
+        mock.push_read(&read_of([&leader, &pf, &cs], 1, 1, [1, 2, 3]));
         let c = g.read().unwrap();
         assert!(c.get(&other.leader()).is_none());
         assert!(g.fd(&other.leader()).is_none());
@@ -508,7 +504,7 @@ mod tests {
         let (g, leader, pf, cs) = three(&mock);
         let mut c = GroupCounts::default();
         for round in 1..=3u64 {
-            mock.push_read(&[3, round, round, round, leader.id(), 2 * round, pf.id(), 3 * round, cs.id()]);
+            mock.push_read(&read_of([&leader, &pf, &cs], round, round, [round, 2 * round, 3 * round]));
             g.read_into(&mut c).unwrap();
             assert_eq!((c[&leader].raw, c[&pf].raw, c[&cs].raw), (round, 2 * round, 3 * round));
         }

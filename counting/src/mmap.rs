@@ -21,6 +21,7 @@
 
 #[cfg(any(test, feature = "testing"))]
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::mem::offset_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
@@ -33,28 +34,53 @@ use perf_event_open_sys::bindings::perf_event_mmap_page as RawPage;
 use crate::arch;
 use crate::sys::Errno;
 
+/// A field of `perf_event_mmap_page`: its offset and the atomic type of its
+/// width. Only the constants below exist, so every `Field` is naturally
+/// aligned inside the first page (what the unsafe accessors rely on).
+struct Field<A>(usize, PhantomData<A>);
+
+const fn field<A>(off: usize) -> Field<A> {
+    Field(off, PhantomData)
+}
+
 // The kernel's layout, pinned (STYLE 9): the loads below depend on it.
-const OFF_LOCK: usize = offset_of!(RawPage, lock);
-const OFF_INDEX: usize = offset_of!(RawPage, index);
-const OFF_OFFSET: usize = offset_of!(RawPage, offset);
-const OFF_ENABLED: usize = offset_of!(RawPage, time_enabled);
-const OFF_RUNNING: usize = offset_of!(RawPage, time_running);
-const OFF_CAPS: usize = offset_of!(RawPage, __bindgen_anon_1);
-const OFF_PMC_WIDTH: usize = offset_of!(RawPage, pmc_width);
-const OFF_TIME_SHIFT: usize = offset_of!(RawPage, time_shift);
-const OFF_TIME_MULT: usize = offset_of!(RawPage, time_mult);
-const OFF_TIME_OFFSET: usize = offset_of!(RawPage, time_offset);
-const OFF_TIME_ZERO: usize = offset_of!(RawPage, time_zero);
-const OFF_TIME_CYCLES: usize = offset_of!(RawPage, time_cycles);
-const OFF_TIME_MASK: usize = offset_of!(RawPage, time_mask);
+const LOCK: Field<AtomicU32> = field(offset_of!(RawPage, lock));
+const INDEX: Field<AtomicU32> = field(offset_of!(RawPage, index));
+const OFFSET: Field<AtomicI64> = field(offset_of!(RawPage, offset));
+const ENABLED: Field<AtomicU64> = field(offset_of!(RawPage, time_enabled));
+const RUNNING: Field<AtomicU64> = field(offset_of!(RawPage, time_running));
+const CAPS: Field<AtomicU64> = field(offset_of!(RawPage, __bindgen_anon_1));
+const PMC_WIDTH: Field<AtomicU16> = field(offset_of!(RawPage, pmc_width));
+const TIME_SHIFT: Field<AtomicU16> = field(offset_of!(RawPage, time_shift));
+const TIME_MULT: Field<AtomicU32> = field(offset_of!(RawPage, time_mult));
+const TIME_OFFSET: Field<AtomicU64> = field(offset_of!(RawPage, time_offset));
+const TIME_ZERO: Field<AtomicU64> = field(offset_of!(RawPage, time_zero));
+const TIME_CYCLES: Field<AtomicU64> = field(offset_of!(RawPage, time_cycles));
+const TIME_MASK: Field<AtomicU64> = field(offset_of!(RawPage, time_mask));
 const _: () = {
-    assert!(OFF_LOCK == 8 && OFF_INDEX == 12 && OFF_OFFSET == 16);
-    assert!(OFF_ENABLED == 24 && OFF_RUNNING == 32 && OFF_CAPS == 40);
-    assert!(OFF_PMC_WIDTH == 48 && OFF_TIME_SHIFT == 50 && OFF_TIME_MULT == 52);
-    assert!(OFF_TIME_OFFSET == 56 && OFF_TIME_ZERO == 64);
-    assert!(OFF_TIME_CYCLES == 80 && OFF_TIME_MASK == 88);
+    assert!(LOCK.0 == 8 && INDEX.0 == 12 && OFFSET.0 == 16);
+    assert!(ENABLED.0 == 24 && RUNNING.0 == 32 && CAPS.0 == 40);
+    assert!(PMC_WIDTH.0 == 48 && TIME_SHIFT.0 == 50 && TIME_MULT.0 == 52);
+    assert!(TIME_OFFSET.0 == 56 && TIME_ZERO.0 == 64);
+    assert!(TIME_CYCLES.0 == 80 && TIME_MASK.0 == 88);
     assert!(std::mem::size_of::<RawPage>() <= 4096);
 };
+
+/// The field `f` of the page at `base`, as the atomic the kernel writes.
+///
+/// # Safety
+///
+/// `base` points to a page-aligned page that stays mapped (or allocated)
+/// for `'a` and is accessed only atomically.
+#[inline(always)]
+unsafe fn at<'a, A>(base: NonNull<u8>, f: Field<A>) -> &'a A {
+    // SAFETY: `f` is one of the constants above: inside the first page and
+    // aligned for `A` (an atomic of the field's width); the caller vouches
+    // for the page's lifetime and atomic-only access. `as_ref`, not `&*`:
+    // a dereference written here would carry a debug build's alignment
+    // check, a call the probe runtime's hot path must not contain.
+    unsafe { base.add(f.0).cast::<A>().as_ref() }
+}
 
 // Capability bits of `capabilities` (cap_bit0 is bit 0, deprecated).
 const CAP_BIT0_IS_DEPRECATED: u64 = 1 << 1;
@@ -310,25 +336,9 @@ impl Mapping {
     }
 
     #[inline(always)]
-    fn u32_at(&self, off: usize) -> &AtomicU32 {
-        // SAFETY: `off` is a 4-aligned field offset inside the first page,
-        // which lives as long as `self`; see the module's Safety section.
-        unsafe { AtomicU32::from_ptr(self.base.as_ptr().add(off).cast()) }
-    }
-    #[inline(always)]
-    fn u64_at(&self, off: usize) -> &AtomicU64 {
-        // SAFETY: as `u32_at`, for an 8-aligned field.
-        unsafe { AtomicU64::from_ptr(self.base.as_ptr().add(off).cast()) }
-    }
-    #[inline(always)]
-    fn i64_at(&self, off: usize) -> &AtomicI64 {
-        // SAFETY: as `u32_at`, for an 8-aligned field.
-        unsafe { AtomicI64::from_ptr(self.base.as_ptr().add(off).cast()) }
-    }
-    #[inline(always)]
-    fn u16_at(&self, off: usize) -> &AtomicU16 {
-        // SAFETY: as `u32_at`, for a 2-aligned field.
-        unsafe { AtomicU16::from_ptr(self.base.as_ptr().add(off).cast()) }
+    fn at<A>(&self, f: Field<A>) -> &A {
+        // SAFETY: the page lives as long as `self`; see the module's Safety section.
+        unsafe { at(self.base, f) }
     }
 
     /// The page's `lock` sequence. It moves by 2 at every kernel update:
@@ -338,13 +348,13 @@ impl Mapping {
     // lock load in a seqlock check) are not satisfied before it.
     #[inline(always)]
     pub fn lock(&self) -> u32 {
-        self.u32_at(OFF_LOCK).load(Ordering::Acquire)
+        self.at(LOCK).load(Ordering::Acquire)
     }
 
     /// The capabilities the page currently claims (outside the seqlock:
     /// use for decisions that a later [`read`](Self::read) confirms).
     pub fn caps(&self) -> Caps {
-        Caps::from_bits(self.u64_at(OFF_CAPS).load(Ordering::Relaxed))
+        Caps::from_bits(self.at(CAPS).load(Ordering::Relaxed))
     }
 
     /// Reads the page consistently following `linux/perf_event.h`. `rdpmc`
@@ -366,30 +376,30 @@ impl Mapping {
                 std::hint::spin_loop();
                 continue;
             }
-            let mut enabled = self.u64_at(OFF_ENABLED).load(Ordering::Relaxed);
-            let mut running = self.u64_at(OFF_RUNNING).load(Ordering::Relaxed);
-            let caps = Caps::from_bits(self.u64_at(OFF_CAPS).load(Ordering::Relaxed));
+            let mut enabled = self.at(ENABLED).load(Ordering::Relaxed);
+            let mut running = self.at(RUNNING).load(Ordering::Relaxed);
+            let caps = Caps::from_bits(self.at(CAPS).load(Ordering::Relaxed));
             let mut conv = TimeConv::default();
             let mut cyc = 0;
             if caps.user_time {
                 cyc = cpu.rdtsc();
-                conv.shift = self.u16_at(OFF_TIME_SHIFT).load(Ordering::Relaxed);
-                conv.mult = self.u32_at(OFF_TIME_MULT).load(Ordering::Relaxed);
-                conv.offset = self.u64_at(OFF_TIME_OFFSET).load(Ordering::Relaxed);
+                conv.shift = self.at(TIME_SHIFT).load(Ordering::Relaxed);
+                conv.mult = self.at(TIME_MULT).load(Ordering::Relaxed);
+                conv.offset = self.at(TIME_OFFSET).load(Ordering::Relaxed);
                 if caps.user_time_zero {
-                    conv.zero = self.u64_at(OFF_TIME_ZERO).load(Ordering::Relaxed);
+                    conv.zero = self.at(TIME_ZERO).load(Ordering::Relaxed);
                 }
                 if caps.user_time_short {
                     conv.short = true;
-                    conv.cycles = self.u64_at(OFF_TIME_CYCLES).load(Ordering::Relaxed);
-                    conv.mask = self.u64_at(OFF_TIME_MASK).load(Ordering::Relaxed);
+                    conv.cycles = self.at(TIME_CYCLES).load(Ordering::Relaxed);
+                    conv.mask = self.at(TIME_MASK).load(Ordering::Relaxed);
                 }
             }
-            let index = self.u32_at(OFF_INDEX).load(Ordering::Relaxed);
-            let mut count = self.i64_at(OFF_OFFSET).load(Ordering::Relaxed);
+            let index = self.at(INDEX).load(Ordering::Relaxed);
+            let mut count = self.at(OFFSET).load(Ordering::Relaxed);
             let pmc = own_thread && caps.user_rdpmc && index != 0;
             if pmc {
-                let width = self.u16_at(OFF_PMC_WIDTH).load(Ordering::Relaxed);
+                let width = self.at(PMC_WIDTH).load(Ordering::Relaxed);
                 // SAFETY: the event counts the calling thread (`own_thread`),
                 // and inside this critical section the page says rdpmc is
                 // enabled with counter `index - 1`; if the kernel moved the
@@ -398,7 +408,7 @@ impl Mapping {
                 count = count.wrapping_add(sign_extend(raw, width));
             }
             fence(Ordering::Acquire);
-            if self.u32_at(OFF_LOCK).load(Ordering::Relaxed) != seq {
+            if self.at(LOCK).load(Ordering::Relaxed) != seq {
                 continue;
             }
             let since_update = caps.user_time.then(|| conv.delta_ns(cyc));
@@ -464,62 +474,67 @@ impl PageImage {
         p
     }
 
-    fn ptr(&self, off: usize) -> *mut u8 {
-        // SAFETY: `off` is below 4096 (the field offsets above).
-        unsafe { self.words.get().cast::<u8>().add(off) }
+    /// A page with `cap_user_time` whose conversion (1 ns per tick) puts
+    /// the kernel's last update at the current TSC, and these times; the
+    /// test bumps the lock when it has set the rest.
+    pub fn user_time_now(enabled: u64, running: u64) -> Arc<PageImage> {
+        let p = PageImage::new();
+        p.set_caps(Caps { user_time: true, ..Caps::default() });
+        let now = arch::rdtsc();
+        p.set_time_conv(TimeConv {
+            shift: 0,
+            mult: 1,
+            offset: 0u64.wrapping_sub(now),
+            ..TimeConv::default()
+        });
+        p.set_times(enabled, running);
+        p
     }
+
     // ATOMICS (all setters): Release, so a reader that sees a later `lock`
     // (Acquire) sees these fields; the seqlock, not the ordering, makes a
     // multi-field update appear atomic.
-    fn store_u64(&self, off: usize, v: u64) {
-        // SAFETY: 8-aligned field inside the image, accessed only atomically.
-        unsafe { AtomicU64::from_ptr(self.ptr(off).cast()) }.store(v, Ordering::Release);
-    }
-    fn store_u32(&self, off: usize, v: u32) {
-        // SAFETY: 4-aligned field inside the image, accessed only atomically.
-        unsafe { AtomicU32::from_ptr(self.ptr(off).cast()) }.store(v, Ordering::Release);
-    }
-    fn store_u16(&self, off: usize, v: u16) {
-        // SAFETY: 2-aligned field inside the image, accessed only atomically.
-        unsafe { AtomicU16::from_ptr(self.ptr(off).cast()) }.store(v, Ordering::Release);
+    fn at<A>(&self, f: Field<A>) -> &A {
+        // SAFETY: the image is one page-aligned page owned by `self`, whose
+        // words are accessed only atomically.
+        unsafe { at(NonNull::from(&self.words).cast(), f) }
     }
 
     /// Adds `n` to `lock` (2 for a complete update; 1 to leave it odd,
     /// as while the kernel is writing).
     pub fn bump_lock(&self, n: u32) {
-        // SAFETY: 4-aligned field inside the image, accessed only atomically.
-        unsafe { AtomicU32::from_ptr(self.ptr(OFF_LOCK).cast()) }.fetch_add(n, Ordering::AcqRel);
+        self.at(LOCK).fetch_add(n, Ordering::AcqRel);
     }
     /// Sets `capabilities`.
     pub fn set_caps(&self, caps: Caps) {
-        self.store_u64(OFF_CAPS, caps.to_bits());
+        self.at(CAPS).store(caps.to_bits(), Ordering::Release);
     }
     /// Sets `index` (counter + 1, 0 for none).
     pub fn set_index(&self, index: u32) {
-        self.store_u32(OFF_INDEX, index);
+        self.at(INDEX).store(index, Ordering::Release);
     }
     /// Sets `offset`.
     pub fn set_offset(&self, offset: i64) {
-        self.store_u64(OFF_OFFSET, offset as u64);
+        self.at(OFFSET).store(offset, Ordering::Release);
     }
     /// Sets `time_enabled` and `time_running`.
     pub fn set_times(&self, enabled: u64, running: u64) {
-        self.store_u64(OFF_ENABLED, enabled);
-        self.store_u64(OFF_RUNNING, running);
+        self.at(ENABLED).store(enabled, Ordering::Release);
+        self.at(RUNNING).store(running, Ordering::Release);
     }
     /// Sets `pmc_width`.
     pub fn set_pmc_width(&self, width: u16) {
-        self.store_u16(OFF_PMC_WIDTH, width);
+        self.at(PMC_WIDTH).store(width, Ordering::Release);
     }
     /// Sets the time conversion fields (`time_shift`, `time_mult`,
     /// `time_offset`, `time_zero`, `time_cycles`, `time_mask`).
     pub fn set_time_conv(&self, c: TimeConv) {
-        self.store_u16(OFF_TIME_SHIFT, c.shift);
-        self.store_u32(OFF_TIME_MULT, c.mult);
-        self.store_u64(OFF_TIME_OFFSET, c.offset);
-        self.store_u64(OFF_TIME_ZERO, c.zero);
-        self.store_u64(OFF_TIME_CYCLES, c.cycles);
-        self.store_u64(OFF_TIME_MASK, c.mask);
+        self.at(TIME_SHIFT).store(c.shift, Ordering::Release);
+        self.at(TIME_MULT).store(c.mult, Ordering::Release);
+        self.at(TIME_OFFSET).store(c.offset, Ordering::Release);
+        self.at(TIME_ZERO).store(c.zero, Ordering::Release);
+        self.at(TIME_CYCLES).store(c.cycles, Ordering::Release);
+        self.at(TIME_MASK).store(c.mask, Ordering::Release);
     }
 }
 

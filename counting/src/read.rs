@@ -492,13 +492,23 @@ pub fn decode_group(words: &[u64], ids: &[u64], out: &mut [Count]) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mmap::{Caps, PageImage, TimeConv};
+    use crate::mmap::{Caps, PageImage};
     use std::sync::Arc;
 
     fn rate() -> TscRate {
         // 1 ns per tick in the conversion; a rate so high that the real
         // TSC never exceeds the interval or bracket bounds in a test.
         TscRate { mult: 1, shift: 0, hz: 1e12 }
+    }
+
+    /// A reader of one clock member extrapolated from `read(2)` on `img`.
+    fn clock_reader(img: &Arc<PageImage>) -> GroupReader {
+        GroupReader::new(
+            vec![ReadMethod::ReadPlusTsc],
+            vec![Some(Mapping::from_image(img.clone()))],
+            Some(rate()),
+            0,
+        )
     }
 
     /// A scripted `read(2)` of a group: each call returns the next counts.
@@ -560,12 +570,7 @@ mod tests {
     #[test]
     fn values_never_go_down_and_a_syscall_fallback_is_whole() {
         let img = page();
-        let r = GroupReader::new(
-            vec![ReadMethod::ReadPlusTsc],
-            vec![Some(Mapping::from_image(img.clone()))],
-            Some(rate()),
-            0,
-        );
+        let r = clock_reader(&img);
         let mut k =
             Kernel::new(vec![vec![c(1000, 1000, 1000)], vec![c(990, 1010, 1010)], vec![c(980, 1, 1)]]);
         let mut out = [Count::ZERO];
@@ -608,12 +613,7 @@ mod tests {
     #[test]
     fn a_stopped_group_is_not_extrapolated() {
         let img = page();
-        let r = GroupReader::new(
-            vec![ReadMethod::ReadPlusTsc],
-            vec![Some(Mapping::from_image(img.clone()))],
-            Some(rate()),
-            0,
-        );
+        let r = clock_reader(&img);
         let mut k = Kernel::new(vec![vec![c(7, 9, 9)]; 3]);
         let mut out = [Count::ZERO];
         r.read(true, arch::rdtsc(), &mut out, |o| k.read(o)).unwrap();
@@ -627,17 +627,8 @@ mod tests {
 
     #[test]
     fn page_methods_read_the_page() {
-        let img = PageImage::new();
-        img.set_caps(Caps { user_time: true, ..Caps::default() });
-        // A TSC conversion whose offset cancels the current TSC: ~0 ns since the update.
-        let now = arch::rdtsc();
-        img.set_time_conv(TimeConv {
-            shift: 0,
-            mult: 1,
-            offset: 0u64.wrapping_sub(now),
-            ..TimeConv::default()
-        });
-        img.set_times(5_000, 4_000);
+        // ~0 ns since the page's update.
+        let img = PageImage::user_time_now(5_000, 4_000);
         img.set_offset(3_000);
         img.bump_lock(2);
         let r = GroupReader::new(vec![ReadMethod::PageTime], vec![Some(Mapping::from_image(img))], None, 0);

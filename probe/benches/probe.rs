@@ -28,8 +28,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::Criterion;
-use papirus_probe::session::cost::{Body, Drive, Instrumented, Target, Tiny, cpu_time, median, ns_per_call};
+use papirus_probe::session::cost::{Body, Drive, Instrumented, Target, Tiny, cpu_time, ns_per_call};
 use papirus_probe_abi::Probe;
+use papirus_testkit::median;
 
 /// Set in the child that measures the task-clock + page-faults rows.
 const CHILD: &str = "PAPIRUS_PROBE_BENCH_EVENTS";
@@ -216,16 +217,16 @@ fn end_to_end() {
     let uf = papirus_testkit::debian_package("uftrace", || uftrace().is_some())
         .and_then(|()| uftrace().ok_or_else(|| "uftrace not on PATH".to_string()))
         .and_then(|u| uftraced(&driver, &u, &plain, BATCH, SAMPLES));
-    let base = plain.median();
-    let added = |r: &DriverRun| r.median() - base;
+    let base = median(&plain.ns);
+    let added = |r: &DriverRun| median(&r.ns) - base;
     println!(
         "\nend to end, each a separate run of one program, timed inside it (median of {SAMPLES} × {BATCH} calls, wall clock):"
     );
     println!("  uninstrumented                 {base:8.2} ns");
-    println!("  papirus-probe run, wallclock   {:8.2} ns  (+{:.2} ns)", wall.median(), added(&wall));
+    println!("  papirus-probe run, wallclock   {:8.2} ns  (+{:.2} ns)", median(&wall.ns), added(&wall));
     println!(
         "  papirus-probe run --trace      {:8.2} ns  (+{:.2} ns, {:.2}× the wallclock probe's added cost; goal ≤ 2×)",
-        traced.median(),
+        median(&traced.ns),
         added(&traced),
         added(&traced) / added(&wall)
     );
@@ -241,7 +242,7 @@ fn end_to_end() {
     match uf {
         Ok(u) => println!(
             "  uftrace record -P tiny         {:8.2} ns  (+{:.2} ns, {:.1}× papirus' trace, {:.1}× the wallclock probe per call)",
-            u.median(),
+            median(&u.ns),
             added(&u),
             added(&u) / added(&traced),
             added(&u) / added(&wall)

@@ -371,7 +371,7 @@ fn open_rings(
 ) -> Result<Vec<Ring>, papirus_substrate::Error> {
     cpus.iter()
         .map(|&cpu| {
-            let sampler = Sampler::open_group(sys::kernel(), attr, sampling, &[], tid, cpu as i32)?;
+            let sampler = Sampler::open(attr, sampling, tid, cpu as i32)?;
             Ok(Ring { sampler, others: Vec::new(), hung_up: false })
         })
         .collect()

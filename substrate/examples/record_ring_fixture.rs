@@ -12,7 +12,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
-use papirus_substrate::sample::{ReadFormat, SampleType, Sampler, Sampling};
+use papirus_substrate::sample::{ReadFormat, SampleType, Sampler, Sampling, SamplingEvents};
 use papirus_substrate::sys::kernel;
 use papirus_substrate::{EventAttr, Kind};
 
@@ -51,7 +51,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     .mmap_records(true)
     .data_pages(1)
     .wakeup_events(0);
-    let mut sampler = Sampler::open_group(kernel(), &tc, &s, &[pf], 0, -1)?;
+    let mut sampler = Sampler::map(SamplingEvents::open(kernel(), &tc, &s, &[pf], 0, -1)?, &s)?;
     let mut stream = Vec::new();
     sampler.events().enable()?;
     std::fs::write("/proc/thread-self/comm", "papirus-fixture")?;

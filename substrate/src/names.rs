@@ -69,8 +69,7 @@ pub const TRACEFS_ROOTS: [&str; 2] = ["/sys/kernel/tracing", "/sys/kernel/debug/
 /// first parse ([`default_parser`] looks for tracefs once). The error says
 /// why and how to mount it by hand.
 pub fn ensure_tracefs() -> std::result::Result<PathBuf, String> {
-    let found = || TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
-    if let Some(p) = found() {
+    if let Some(p) = find_tracefs() {
         return Ok(p);
     }
     let at = Path::new(TRACEFS_ROOTS[0]);
@@ -81,7 +80,12 @@ pub fn ensure_tracefs() -> std::result::Result<PathBuf, String> {
             at.display()
         )
     })?;
-    found().ok_or_else(|| format!("tracefs mounted at {} holds no events/ directory", at.display()))
+    find_tracefs().ok_or_else(|| format!("tracefs mounted at {} holds no events/ directory", at.display()))
+}
+
+/// The first of [`TRACEFS_ROOTS`] that holds tracefs' `events/`.
+fn find_tracefs() -> Option<PathBuf> {
+    TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
 }
 
 /// One named event of a fixed-type table.
@@ -93,118 +97,62 @@ pub(crate) struct Named {
     pub description: &'static str,
 }
 
+const fn named(names: &'static [&'static str], config: u32, description: &'static str) -> Named {
+    Named { names, config: config as u64, description }
+}
+
 /// perf's `PERF_TYPE_HARDWARE` names.
 pub(crate) const HARDWARE: &[Named] = &[
-    Named {
-        names: &["cpu-cycles", "cycles"],
-        config: b::PERF_COUNT_HW_CPU_CYCLES as u64,
-        description: "CPU core cycles",
-    },
-    Named {
-        names: &["instructions"],
-        config: b::PERF_COUNT_HW_INSTRUCTIONS as u64,
-        description: "instructions retired",
-    },
-    Named {
-        names: &["cache-references"],
-        config: b::PERF_COUNT_HW_CACHE_REFERENCES as u64,
-        description: "last-level cache accesses",
-    },
-    Named {
-        names: &["cache-misses"],
-        config: b::PERF_COUNT_HW_CACHE_MISSES as u64,
-        description: "last-level cache misses",
-    },
-    Named {
-        names: &["branch-instructions", "branches"],
-        config: b::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64,
-        description: "branch instructions retired",
-    },
-    Named {
-        names: &["branch-misses"],
-        config: b::PERF_COUNT_HW_BRANCH_MISSES as u64,
-        description: "mispredicted branches",
-    },
-    Named { names: &["bus-cycles"], config: b::PERF_COUNT_HW_BUS_CYCLES as u64, description: "bus cycles" },
-    Named {
-        names: &["stalled-cycles-frontend", "idle-cycles-frontend"],
-        config: b::PERF_COUNT_HW_STALLED_CYCLES_FRONTEND as u64,
-        description: "cycles the front end issued nothing",
-    },
-    Named {
-        names: &["stalled-cycles-backend", "idle-cycles-backend"],
-        config: b::PERF_COUNT_HW_STALLED_CYCLES_BACKEND as u64,
-        description: "cycles the back end retired nothing",
-    },
-    Named {
-        names: &["ref-cycles"],
-        config: b::PERF_COUNT_HW_REF_CPU_CYCLES as u64,
-        description: "reference cycles, not scaled by frequency changes",
-    },
+    named(&["cpu-cycles", "cycles"], b::PERF_COUNT_HW_CPU_CYCLES, "CPU core cycles"),
+    named(&["instructions"], b::PERF_COUNT_HW_INSTRUCTIONS, "instructions retired"),
+    named(&["cache-references"], b::PERF_COUNT_HW_CACHE_REFERENCES, "last-level cache accesses"),
+    named(&["cache-misses"], b::PERF_COUNT_HW_CACHE_MISSES, "last-level cache misses"),
+    named(
+        &["branch-instructions", "branches"],
+        b::PERF_COUNT_HW_BRANCH_INSTRUCTIONS,
+        "branch instructions retired",
+    ),
+    named(&["branch-misses"], b::PERF_COUNT_HW_BRANCH_MISSES, "mispredicted branches"),
+    named(&["bus-cycles"], b::PERF_COUNT_HW_BUS_CYCLES, "bus cycles"),
+    named(
+        &["stalled-cycles-frontend", "idle-cycles-frontend"],
+        b::PERF_COUNT_HW_STALLED_CYCLES_FRONTEND,
+        "cycles the front end issued nothing",
+    ),
+    named(
+        &["stalled-cycles-backend", "idle-cycles-backend"],
+        b::PERF_COUNT_HW_STALLED_CYCLES_BACKEND,
+        "cycles the back end retired nothing",
+    ),
+    named(
+        &["ref-cycles"],
+        b::PERF_COUNT_HW_REF_CPU_CYCLES,
+        "reference cycles, not scaled by frequency changes",
+    ),
 ];
 
 /// perf's `PERF_TYPE_SOFTWARE` names.
 pub(crate) const SOFTWARE: &[Named] = &[
-    Named {
-        names: &["cpu-clock"],
-        config: b::PERF_COUNT_SW_CPU_CLOCK as u64,
-        description: "CPU clock, ns (per-CPU timer)",
-    },
-    Named {
-        names: &["task-clock"],
-        config: b::PERF_COUNT_SW_TASK_CLOCK as u64,
-        description: "CPU time of the task, ns",
-    },
-    Named {
-        names: &["page-faults", "faults"],
-        config: b::PERF_COUNT_SW_PAGE_FAULTS as u64,
-        description: "page faults",
-    },
-    Named {
-        names: &["context-switches", "cs"],
-        config: b::PERF_COUNT_SW_CONTEXT_SWITCHES as u64,
-        description: "context switches",
-    },
-    Named {
-        names: &["cpu-migrations", "migrations"],
-        config: b::PERF_COUNT_SW_CPU_MIGRATIONS as u64,
-        description: "moves to another CPU",
-    },
-    Named {
-        names: &["minor-faults"],
-        config: b::PERF_COUNT_SW_PAGE_FAULTS_MIN as u64,
-        description: "page faults served without I/O",
-    },
-    Named {
-        names: &["major-faults"],
-        config: b::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64,
-        description: "page faults that read from disk",
-    },
-    Named {
-        names: &["alignment-faults"],
-        config: b::PERF_COUNT_SW_ALIGNMENT_FAULTS as u64,
-        description: "unaligned accesses fixed up by the kernel",
-    },
-    Named {
-        names: &["emulation-faults"],
-        config: b::PERF_COUNT_SW_EMULATION_FAULTS as u64,
-        description: "instructions emulated by the kernel",
-    },
-    Named {
-        names: &["dummy"],
-        config: b::PERF_COUNT_SW_DUMMY as u64,
-        description: "counts nothing (placeholder for sampling)",
-    },
-    Named {
-        names: &["bpf-output"],
-        config: b::PERF_COUNT_SW_BPF_OUTPUT as u64,
-        description: "output of BPF programs",
-    },
-    Named {
-        names: &["cgroup-switches"],
-        config: b::PERF_COUNT_SW_CGROUP_SWITCHES as u64,
-        description: "context switches to a task of another cgroup",
-    },
+    named(&["cpu-clock"], b::PERF_COUNT_SW_CPU_CLOCK, "CPU clock, ns (per-CPU timer)"),
+    named(&["task-clock"], b::PERF_COUNT_SW_TASK_CLOCK, "CPU time of the task, ns"),
+    named(&["page-faults", "faults"], b::PERF_COUNT_SW_PAGE_FAULTS, "page faults"),
+    named(&["context-switches", "cs"], b::PERF_COUNT_SW_CONTEXT_SWITCHES, "context switches"),
+    named(&["cpu-migrations", "migrations"], b::PERF_COUNT_SW_CPU_MIGRATIONS, "moves to another CPU"),
+    named(&["minor-faults"], b::PERF_COUNT_SW_PAGE_FAULTS_MIN, "page faults served without I/O"),
+    named(&["major-faults"], b::PERF_COUNT_SW_PAGE_FAULTS_MAJ, "page faults that read from disk"),
+    named(
+        &["alignment-faults"],
+        b::PERF_COUNT_SW_ALIGNMENT_FAULTS,
+        "unaligned accesses fixed up by the kernel",
+    ),
+    named(&["emulation-faults"], b::PERF_COUNT_SW_EMULATION_FAULTS, "instructions emulated by the kernel"),
+    named(&["dummy"], b::PERF_COUNT_SW_DUMMY, "counts nothing (placeholder for sampling)"),
+    named(&["bpf-output"], b::PERF_COUNT_SW_BPF_OUTPUT, "output of BPF programs"),
+    named(
+        &["cgroup-switches"],
+        b::PERF_COUNT_SW_CGROUP_SWITCHES,
+        "context switches to a task of another cgroup",
+    ),
 ];
 
 /// perf's cache names: the canonical name first. Matching ignores case.
@@ -323,8 +271,7 @@ const PERF_MODIFIERS: &str = "ukhGHIpPSDWebR";
 impl Parser {
     /// A parser over `pmus`, with tracefs found at the usual places.
     pub fn new(pmus: PmuSet) -> Self {
-        let tracefs = TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir());
-        Parser { pmus, tracefs, symbols_of: None, tracefs_given: false }
+        Parser { pmus, tracefs: find_tracefs(), symbols_of: None, tracefs_given: false }
     }
 
     /// This machine's PMUs and tracefs.
@@ -362,9 +309,7 @@ impl Parser {
     fn tracefs_root(&self) -> Option<PathBuf> {
         match &self.tracefs {
             Some(r) => Some(r.clone()),
-            None if !self.tracefs_given => {
-                TRACEFS_ROOTS.iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
-            }
+            None if !self.tracefs_given => find_tracefs(),
             None => None,
         }
     }
@@ -426,11 +371,8 @@ impl Parser {
 
     /// Hardware, software, hw-cache, raw or a bare PMU alias.
     fn symbolic(&self, event: &str, base: &str, mods: Option<&str>) -> Result<ParsedEvent> {
-        let fixed = |kind, type_, config, pmu: &str| -> Result<ParsedEvent> {
-            let mut attr = EventAttr::new(event, kind, type_, config);
-            let modifiers = apply_modifiers(event, &mut attr, mods, pmu, false)?;
-            Ok(ParsedEvent { attr, pmu: pmu.to_string(), scale: 1.0, unit: None, modifiers })
-        };
+        let fixed =
+            |kind, type_, config, pmu| plain(event, EventAttr::new(event, kind, type_, config), mods, pmu);
         if let Some(n) = HARDWARE.iter().find(|n| n.names.contains(&base)) {
             return fixed(Kind::Hardware, b::PERF_TYPE_HARDWARE, n.config, "hardware");
         }
@@ -506,10 +448,7 @@ impl Parser {
             if term.is_empty() {
                 return Err(malformed(event, "empty term (two commas in a row, or a trailing comma)"));
             }
-            let (key, value) = match term.split_once('=') {
-                Some((k, v)) => (k.trim(), Some(v.trim())),
-                None => (term, None),
-            };
+            let (key, value) = key_value(term);
             if key.is_empty() {
                 return Err(malformed(event, format!("term `{term}` has no name")));
             }
@@ -518,10 +457,7 @@ impl Parser {
                 && let Some(alias) = pmu.alias(key)
             {
                 for aterm in alias.terms.split(',').map(str::trim).filter(|t| !t.is_empty()) {
-                    let (k, v) = match aterm.split_once('=') {
-                        Some((k, v)) => (k.trim(), Some(v.trim())),
-                        None => (aterm, None),
-                    };
+                    let (k, v) = key_value(aterm);
                     if v == Some("?") {
                         enc.pending.push((alias.name.clone(), k.to_string()));
                         continue;
@@ -578,10 +514,11 @@ impl Parser {
         {
             return Err(malformed(event, format!("`{c}` cannot appear in a tracepoint name")));
         }
+        let not_modifier = || malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`"));
         let found = self.tracefs_root();
         let Some(root) = &found else {
             if self.symbolic(sys, sys, None).is_ok() {
-                return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
+                return Err(not_modifier());
             }
             return Err(Error::NoTracefs { event: event.to_string() });
         };
@@ -592,7 +529,7 @@ impl Parser {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // `instructions:z`: a known event with a letter that is no modifier.
                 if !events.join(sys).is_dir() && !sys.contains('/') && self.symbolic(sys, sys, None).is_ok() {
-                    return Err(malformed(event, format!("`{tp}` is not a modifier: use `u`, `k` or `h`")));
+                    return Err(not_modifier());
                 }
                 if events.join(sys).join(tp).is_dir() {
                     return Err(malformed(
@@ -616,9 +553,7 @@ impl Parser {
             event: event.to_string(),
             reason: format!("{} holds `{}`, not a tracepoint id", id_path.display(), text.trim()),
         })?;
-        let mut attr = EventAttr::new(event, Kind::Tracepoint, b::PERF_TYPE_TRACEPOINT, id);
-        let modifiers = apply_modifiers(event, &mut attr, mods, "tracepoint", false)?;
-        Ok(ParsedEvent { attr, pmu: "tracepoint".into(), scale: 1.0, unit: None, modifiers })
+        plain(event, EventAttr::new(event, Kind::Tracepoint, b::PERF_TYPE_TRACEPOINT, id), mods, "tracepoint")
     }
 
     /// `mem:ADDR[/LEN][:ACCESS][:MODS]` or `mem:SYMBOL[+OFF][/LEN][:ACCESS][:MODS]`.
@@ -700,8 +635,7 @@ impl Parser {
         }
         let mut attr = EventAttr::new(event, Kind::Breakpoint, b::PERF_TYPE_BREAKPOINT, 0);
         attr.bp_type(bp_type).config1(addr).config2(len);
-        let modifiers = apply_modifiers(event, &mut attr, mods, "breakpoint", false)?;
-        Ok(ParsedEvent { attr, pmu: "breakpoint".into(), scale: 1.0, unit: None, modifiers })
+        plain(event, attr, mods, "breakpoint")
     }
 
     /// `uprobe:PATH:SYMBOL[+OFF]`, `uretprobe:PATH:SYMBOL`, or `0xADDR` for SYMBOL.
@@ -716,14 +650,7 @@ impl Parser {
                 format!("write `{prefix}:PATH:SYMBOL` (path and symbol both needed)"),
             ));
         }
-        let (symbol, offset) = match target.split_once('+') {
-            Some((s, o)) => {
-                let o = parse_number(o)
-                    .ok_or_else(|| malformed(event, format!("offset `{o}` is not a number")))?;
-                (s, o)
-            }
-            None => (target, 0),
-        };
+        let (symbol, offset) = symbol_and_offset(event, target)?;
         if ret && offset != 0 {
             return Err(malformed(event, "a return probe sits at a function's entry; drop the `+OFFSET`"));
         }
@@ -750,7 +677,7 @@ impl Parser {
                         format!("offset {offset:#x} is past the end of `{symbol}` ({} bytes)", sym.size),
                     ));
                 }
-                sym.address + offset
+                sym.address.wrapping_add(offset)
             }
         };
         let file_offset = elf.vaddr_to_file_offset(vaddr).ok_or_else(|| Error::Elf {
@@ -881,6 +808,14 @@ impl<'a> Encoder<'a> {
                 Err(malformed(self.event, "config3 terms are not supported by papirus' attr yet"))
             }
         }
+    }
+}
+
+/// `key=value` or a bare `key`, trimmed.
+fn key_value(term: &str) -> (&str, Option<&str>) {
+    match term.split_once('=') {
+        Some((k, v)) => (k.trim(), Some(v.trim())),
+        None => (term, None),
     }
 }
 
@@ -1023,17 +958,16 @@ pub fn papi_spelling(name: &str) -> Result<Option<String>> {
     // libpfm4 qualifiers: `u`, `k`, `h` alone or `=1` (on) / `=0` (off).
     let mut mods = String::new();
     for q in parts {
+        let bad = || malformed(name, format!("qualifier `{q}`: perf:: events take u, k, h (=0|1)"));
         let (flag, on) = match q.split_once('=') {
             Some((f, "1")) => (f, true),
             Some((f, "0")) => (f, false),
             None => (q, true),
-            Some(_) => {
-                return Err(malformed(name, format!("qualifier `{q}`: perf:: events take u, k, h (=0|1)")));
-            }
+            Some(_) => return Err(bad()),
         };
         let flag = flag.to_ascii_lowercase();
         if !matches!(flag.as_str(), "u" | "k" | "h") {
-            return Err(malformed(name, format!("qualifier `{q}`: perf:: events take u, k, h (=0|1)")));
+            return Err(bad());
         }
         if on {
             mods.push_str(&flag);
@@ -1071,6 +1005,12 @@ fn parse_number(s: &str) -> Option<u64> {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
         None => s.parse().ok(),
     }
+}
+
+/// `attr` of a PMU that names no scale or unit, with modifiers `mods`.
+fn plain(event: &str, mut attr: EventAttr, mods: Option<&str>, pmu: &str) -> Result<ParsedEvent> {
+    let modifiers = apply_modifiers(event, &mut attr, mods, pmu, false)?;
+    Ok(ParsedEvent { attr, pmu: pmu.to_string(), scale: 1.0, unit: None, modifiers })
 }
 
 /// Applies `u`/`k`/`h`, or without them the default domain of an event of
@@ -1200,7 +1140,7 @@ pub(crate) fn tracepoint_names(root: &Path) -> Vec<String> {
     out
 }
 
-/// `name[+OFF]` of a `mem:` target.
+/// `name[+OFF]` of a `mem:` or `uprobe:` target.
 fn symbol_and_offset<'a>(event: &str, target: &'a str) -> Result<(&'a str, u64)> {
     match target.split_once('+') {
         Some((s, o)) => {
@@ -1231,6 +1171,15 @@ fn map_lines(maps: &str) -> impl Iterator<Item = MapLine> + '_ {
             path,
         })
     })
+}
+
+/// Where link-time address `vaddr` of `elf`, mapped from file `path`,
+/// lies at run time: the first of its `maps` lines that gives a load bias.
+fn runtime_address(elf: &ElfFile, maps: &[MapLine], path: &str, vaddr: u64) -> Option<u64> {
+    maps.iter()
+        .filter(|m| m.path == path)
+        .find_map(|m| elf.load_bias(m.start, m.offset))
+        .map(|bias| bias.wrapping_add(vaddr))
 }
 
 /// Largest `/proc/PID/maps` read (a process with ~200,000 mappings).
@@ -1267,14 +1216,10 @@ fn self_symbol_address(event: &str, target: &str) -> Result<u64> {
     let maps_path = Path::new("/proc/self/maps");
     let maps =
         fs::read_to_string(maps_path).map_err(|source| Error::Io { path: maps_path.into(), source })?;
-    let exe_text = exe.to_string_lossy();
-    for m in map_lines(&maps).filter(|m| m.path == exe_text) {
-        if let Some(bias) = elf.load_bias(m.start, m.offset) {
-            return Ok(bias.wrapping_add(sym.address).wrapping_add(offset));
-        }
-    }
-    Err(Error::Elf {
-        path: exe,
+    let lines: Vec<MapLine> = map_lines(&maps).collect();
+    let vaddr = sym.address.wrapping_add(offset);
+    runtime_address(&elf, &lines, &exe.to_string_lossy(), vaddr).ok_or_else(|| Error::Elf {
+        path: exe.clone(),
         reason: "not found in /proc/self/maps, so its load address is unknown".into(),
     })
 }
@@ -1299,10 +1244,8 @@ fn process_symbol_address(event: &str, target: &str, pid: i32) -> Result<u64> {
         let Ok(data) = read_regular_bounded(&link, MAX_MODULE_BYTES) else { continue };
         let Ok(elf) = ElfFile::parse(&first.path, data) else { continue };
         let Ok(sym) = elf.lookup_function(symbol) else { continue };
-        for m in lines.iter().filter(|m| m.path == first.path) {
-            if let Some(bias) = elf.load_bias(m.start, m.offset) {
-                return Ok(bias.wrapping_add(sym.address).wrapping_add(offset));
-            }
+        if let Some(at) = runtime_address(&elf, &lines, &first.path, sym.address.wrapping_add(offset)) {
+            return Ok(at);
         }
     }
     Err(Error::BadAddress {

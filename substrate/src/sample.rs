@@ -775,21 +775,13 @@ impl Sampler {
     /// Opens `attr` sampling per `sampling` on thread `pid` (0: the caller)
     /// and `cpu` (-1: any), disabled, and maps its ring.
     pub fn open(attr: &EventAttr, sampling: &Sampling, pid: i32, cpu: i32) -> Result<Self> {
-        Self::open_group(kernel(), attr, sampling, &[], pid, cpu)
+        Self::map(SamplingEvents::open(kernel(), attr, sampling, &[], pid, cpu)?, sampling)
     }
 
-    /// Like [`Sampler::open`] through `sys`, with counting `members` in the
-    /// sampler's group; [`SampleType::READ`] with [`ReadFormat::GROUP`] then
-    /// puts their values in each sample.
-    pub fn open_group(
-        sys: Arc<dyn Sys>,
-        attr: &EventAttr,
-        sampling: &Sampling,
-        members: &[EventAttr],
-        pid: i32,
-        cpu: i32,
-    ) -> Result<Self> {
-        let events = SamplingEvents::open(sys, attr, sampling, members, pid, cpu)?;
+    /// Maps the ring of `events`, opened with `sampling` (its data pages
+    /// and layout); with counting members, [`SampleType::READ`] and
+    /// [`ReadFormat::GROUP`] put their values in each sample.
+    pub fn map(events: SamplingEvents, sampling: &Sampling) -> Result<Self> {
         let ring = RingBuffer::map(
             events.sys.clone(),
             events.leader.as_fd(),
@@ -847,7 +839,7 @@ fn open_one(
 impl SamplingEvents {
     /// Opens `attr` sampling per `sampling` on thread `pid` and `cpu`,
     /// disabled, with counting `members` in its group, and no ring: map one
-    /// ([`Sampler::open_group`]) or send its records to another event's
+    /// ([`Sampler::map`]) or send its records to another event's
     /// ([`SamplingEvents::output_to`]).
     pub fn open(
         sys: Arc<dyn Sys>,

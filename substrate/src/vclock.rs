@@ -269,23 +269,13 @@ pub fn process_cpu_ns() -> Result<u64, Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mmap::{Caps, PageImage, TimeConv};
+    use crate::mmap::{Caps, PageImage};
     use crate::sys::mock::MockSys;
 
     #[test]
     fn kernel_time_method_uses_the_page_extrapolation() {
-        let image = PageImage::new();
-        image.set_caps(Caps { user_time: true, ..Caps::default() });
-        // mult 1, shift 0: one ns per tick; offset -tsc_now makes delta ~ 0
-        // at the moment of the test, growing with the real TSC.
-        let now = arch::rdtsc();
-        image.set_time_conv(TimeConv {
-            shift: 0,
-            mult: 1,
-            offset: 0u64.wrapping_sub(now),
-            ..TimeConv::default()
-        });
-        image.set_times(5_000_000, 4_000_000);
+        // Delta ~0 at the moment of the test, growing with the real TSC.
+        let image = PageImage::user_time_now(5_000_000, 4_000_000);
         image.bump_lock(2);
         let k = MockSys::with_page(&image);
         let c = ThreadClock::with_sys(&*k);

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use crate::layout::{self, Geometry, Shape, entry, hdr, node, proc, record, slot};
-use crate::report::{NodeReport, ProcessReport, ThreadReport};
+use crate::report::{Figures, NodeReport, ProcessReport, ThreadReport};
 
 /// Why a segment cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -252,15 +252,17 @@ impl<'a> Segment<'a> {
             nodes.push(NodeReport {
                 parent: (parent > 0).then(|| parent as u32 - 1),
                 function: function as u32,
-                calls,
-                exits: calls.saturating_sub(unwound).saturating_sub(open_at[i]),
-                unwound,
-                incl_ticks: w[node::INCL],
-                excl_ticks: w[node::EXCL],
-                min_ticks: if w[node::MIN] == u64::MAX { 0 } else { w[node::MIN] },
-                max_ticks: w[node::MAX],
-                counters_incl: w[node::CINCL..node::CINCL + nev].to_vec(),
-                counters_excl: w[node::CEXCL..node::CEXCL + nev].to_vec(),
+                figures: Figures {
+                    calls,
+                    exits: calls.saturating_sub(unwound).saturating_sub(open_at[i]),
+                    unwound,
+                    incl_ticks: w[node::INCL],
+                    excl_ticks: w[node::EXCL],
+                    min_ticks: if w[node::MIN] == u64::MAX { 0 } else { w[node::MIN] },
+                    max_ticks: w[node::MAX],
+                    counters_incl: w[node::CINCL..node::CINCL + nev].to_vec(),
+                    counters_excl: w[node::CEXCL..node::CEXCL + nev].to_vec(),
+                },
             });
         }
         Ok(nodes)
@@ -525,15 +527,28 @@ mod tests {
         assert_eq!(procs.len(), 1);
         assert_eq!((procs[0].pid, procs[0].exited_threads), (42, 7));
         assert_eq!(procs[0].exited.functions[0].id, 2);
-        assert_eq!(procs[0].exited.functions[0].calls, 700);
+        assert_eq!(procs[0].exited.functions[0].figures.calls, 700);
         let th = &procs[0].threads[0];
         assert_eq!((th.tid, th.pid, th.open), (43, 42, 1));
         assert_eq!(th.tree.len(), 3);
         assert_eq!((th.tree[1].parent, th.tree[2].parent), (Some(0), Some(1)));
-        assert_eq!((th.tree[2].exits, th.tree[2].min_ticks), (0, 1), "the open activation is not an exit");
+        assert_eq!(
+            (th.tree[2].figures.exits, th.tree[2].figures.min_ticks),
+            (0, 1),
+            "the open activation is not an exit"
+        );
         let fib = th.functions.iter().find(|f| f.id == 1).unwrap();
         // Three calls, one unwound, one open; inclusive only from the outermost level.
-        assert_eq!((fib.calls, fib.exits, fib.unwound, fib.incl_ticks, fib.excl_ticks), (3, 1, 1, 60, 50));
+        assert_eq!(
+            (
+                fib.figures.calls,
+                fib.figures.exits,
+                fib.figures.unwound,
+                fib.figures.incl_ticks,
+                fib.figures.excl_ticks
+            ),
+            (3, 1, 1, 60, 50)
+        );
         assert_eq!(th.callees.len(), 2);
         assert_eq!((th.callees[0].caller, th.callees[0].callee, th.callees[0].calls), (0, 1, 2));
         assert_eq!((th.callees[1].caller, th.callees[1].callee, th.callees[1].calls), (1, 1, 1));

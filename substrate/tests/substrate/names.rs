@@ -7,11 +7,11 @@ use std::process::{Command, Stdio};
 
 use papirus_substrate::attr::consts::PERF_TYPE_BREAKPOINT;
 use papirus_substrate::elf::ElfFile;
-use papirus_substrate::{Counter, Error, EventAttr, Kind, Parser, Target, parse_event};
+use papirus_substrate::{Error, Kind, Parser, Target, parse_event};
 
 use papirus_testkit::{Cc, skip, target};
 
-use crate::util::{fd_count, serial};
+use crate::util::{counts_each_write, fd_count, open_or_skip, serial};
 
 /// The function acceptance 5 counts: exported under its own name so
 /// `mem:papirus_names_bp_target:x` finds it in the ELF symbol table.
@@ -19,19 +19,6 @@ use crate::util::{fd_count, serial};
 #[inline(never)]
 pub extern "C" fn papirus_names_bp_target(x: u64) -> u64 {
     std::hint::black_box(x).wrapping_mul(2654435761)
-}
-
-/// Opens `attr` on `target`, or prints the kernel's refusal and returns
-/// `None` when it is a matter of privilege (a non-root run).
-fn open_or_skip(attr: &EventAttr, target: Target) -> Option<Counter> {
-    match attr.open(target) {
-        Ok(c) => Some(c),
-        Err(e @ Error::Permission { .. }) => {
-            skip(&e);
-            None
-        }
-        Err(e) => panic!("opening `{}`: {e}", attr.name()),
-    }
 }
 
 /// Acceptance 5: `mem:SYMBOL:x` on a non-inlined function called 100,000
@@ -164,7 +151,6 @@ fn uprobe_and_uretprobe_count_every_call() {
 #[test]
 fn syscall_tracepoint_by_name_counts_each_write() {
     let _s = serial();
-    const WRITES: u64 = 1_000;
     // Mounted when absent and permitted; otherwise the parse below says why.
     let _ = papirus_substrate::names::ensure_tracefs();
     let attr = match parse_event("syscalls:sys_enter_write") {
@@ -175,18 +161,7 @@ fn syscall_tracepoint_by_name_counts_each_write() {
         }
         Err(e) => panic!("{e}"),
     };
-    let Some(counter) = open_or_skip(&attr, Target::ThisThread) else { return };
-    let mut null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
-    counter.reset().unwrap();
-    counter.enable().unwrap();
-    for _ in 0..WRITES {
-        // One write(2) each: File is unbuffered.
-        null.write_all(b"x").unwrap();
-    }
-    counter.disable().unwrap();
-    let n = counter.read().unwrap().raw;
-    println!("syscalls:sys_enter_write counted {n} for {WRITES} writes");
-    assert_eq!(n, WRITES);
+    counts_each_write(&attr);
 }
 
 /// Acceptance 8, second half: the hardware names parse to the attrs the unit

@@ -7,7 +7,8 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
 use papirus_substrate::mmap::page_size;
 use papirus_substrate::sys::clock_gettime;
-use papirus_substrate::{EventAttr, Kind};
+use papirus_substrate::{Counter, Error, EventAttr, Kind, Target};
+use papirus_testkit::skip;
 
 static LOCK: RwLock<()> = RwLock::new(());
 
@@ -197,4 +198,34 @@ pub fn best_of_three(tolerance: f64, mut f: impl FnMut() -> (f64, String)) -> (f
         }
     }
     best
+}
+
+/// Opens `attr` on `target`, or prints the kernel's refusal and returns
+/// `None` when it is a matter of privilege (a non-root run).
+pub fn open_or_skip(attr: &EventAttr, target: Target) -> Option<Counter> {
+    match attr.open(target) {
+        Ok(c) => Some(c),
+        Err(e @ Error::Permission { .. }) => {
+            skip(format!("`{}`: {e}", attr.name()));
+            None
+        }
+        Err(e) => panic!("opening `{}`: {e}", attr.name()),
+    }
+}
+
+/// Asserts that `attr` (`syscalls:sys_enter_write`) counts exactly one per
+/// write(2) of this thread.
+pub fn counts_each_write(attr: &EventAttr) {
+    const WRITES: u64 = 1_000;
+    let Some(counter) = open_or_skip(attr, Target::ThisThread) else { return };
+    let mut null = std::fs::OpenOptions::new().write(true).open("/dev/null").unwrap();
+    counter.enable().unwrap();
+    for _ in 0..WRITES {
+        // One write(2) each: File is unbuffered.
+        null.write_all(b"x").unwrap();
+    }
+    counter.disable().unwrap();
+    let n = counter.read().unwrap().raw;
+    println!("{}: {n} for {WRITES} writes", attr.name());
+    assert_eq!(n, WRITES);
 }

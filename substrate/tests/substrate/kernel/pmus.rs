@@ -1,15 +1,13 @@
 //! The other PMUs of this machine: msr/tsc against rdtsc, a syscall
 //! tracepoint, and a hardware event that is absent under KVM.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::PathBuf;
 
 use papirus_substrate::arch::rdtsc;
 use papirus_substrate::attr::consts::{PERF_TYPE_HARDWARE, PERF_TYPE_TRACEPOINT};
-use papirus_substrate::{Counter, Domain, Error, EventAttr, Kind, Target};
+use papirus_substrate::{Domain, Error, EventAttr, Kind, Target};
 
-use crate::util::{best_of_three, serial, spin_cpu, thread_cpu_ns};
+use crate::util::{best_of_three, counts_each_write, open_or_skip, serial, spin_cpu, thread_cpu_ns};
 
 fn msr_tsc() -> Option<EventAttr> {
     let type_path = "/sys/bus/event_source/devices/msr/type";
@@ -24,17 +22,6 @@ fn msr_tsc() -> Option<EventAttr> {
     attr.default_domain("msr");
     assert_eq!(attr.domain_value(), Domain::ALL, "msr cannot exclude kernel mode");
     Some(attr)
-}
-
-fn open_or_skip(attr: &EventAttr, target: Target) -> Option<Counter> {
-    match attr.open(target) {
-        Ok(c) => Some(c),
-        Err(e @ Error::Permission { .. }) => {
-            println!("SKIPPED: {} needs all domains, refused here: {e}", attr.name());
-            None
-        }
-        Err(e) => panic!("{}: {e}", attr.name()),
-    }
 }
 
 fn monotonic_ns() -> u64 {
@@ -126,18 +113,7 @@ fn tracepoint_counts_each_write() {
     };
     let mut attr = EventAttr::new("syscalls:sys_enter_write", Kind::Tracepoint, PERF_TYPE_TRACEPOINT, id);
     attr.default_domain("tracepoint");
-    let Some(counter) = open_or_skip(&attr, Target::ThisThread) else { return };
-    // File is unbuffered: each write_all of one byte to /dev/null is one write(2).
-    let mut null = File::options().write(true).open("/dev/null").unwrap();
-    const N: u64 = 1_000;
-    counter.enable().unwrap();
-    for _ in 0..N {
-        null.write_all(b"x").unwrap();
-    }
-    counter.disable().unwrap();
-    let v = counter.read().unwrap().raw;
-    println!("sys_enter_write: {v} for {N} writes");
-    assert_eq!(v, N);
+    counts_each_write(&attr);
 }
 
 /// Acceptance 8 (the part that needs no name parser): opening cycles here

@@ -37,8 +37,9 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "E,…")]
     events: Vec<String>,
     /// Only functions whose name (stored or demangled) matches one of these
-    /// globs (`*`, `?`); repeatable. `@FILE` reads globs from FILE, one per
-    /// line or comma-separated (`#` starts a comment line).
+    /// globs (`*` any run, `?` any one byte, nothing else special);
+    /// repeatable. `@FILE` reads globs from FILE, one per line or
+    /// comma-separated (`#` starts a comment line).
     #[arg(long, short, value_name = "GLOB,…", value_delimiter = ',')]
     functions: Vec<String>,
     /// Leave out functions matching one of these globs, even when --functions
