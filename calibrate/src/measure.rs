@@ -1,6 +1,7 @@
 //! Timing one primitive: warm up, then many samples, each a batch of calls
 //! timed with the TSC, reported as min / median / p99 / max per call.
 
+use papirus_substrate::stats::quantile;
 use serde::{Deserialize, Serialize};
 
 /// Statistics of one quantity over the samples, per call.
@@ -30,22 +31,6 @@ impl Stats {
     fn scaled(&self, k: f64) -> Self {
         Stats { min: self.min * k, median: self.median * k, p99: self.p99 * k, max: self.max * k }
     }
-}
-
-/// The `q` quantile of `sorted` (ascending): the sample nearest to rank
-/// `q × (n − 1)`, so every figure reported is one that was measured; NaN
-/// when empty. An HDR histogram would round the fractional cycles per call
-/// to its buckets and rank differently (its median of 1..=100 is 50, not 51).
-pub fn quantile(sorted: &[f64], q: f64) -> f64 {
-    let last = sorted.len().saturating_sub(1);
-    sorted.get((last as f64 * q).round() as usize).copied().unwrap_or(f64::NAN)
-}
-
-/// The median of `v` (the upper one of an even count), NaN when empty.
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    quantile(&v, 0.5)
 }
 
 /// One bin of a cost histogram (papi_cost's `-d`).
@@ -247,15 +232,6 @@ mod tests {
         let s = Stats::of(&mut v).unwrap();
         assert_eq!((s.min, s.median, s.p99, s.max), (1.0, 51.0, 99.0, 100.0));
         assert!(Stats::of(&mut []).is_none());
-    }
-
-    #[test]
-    fn median_is_a_measured_sample() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 3.0);
-        assert!(median(&[]).is_nan());
-        assert_eq!(quantile(&[1.0, 2.0], 0.0), 1.0);
-        assert_eq!(quantile(&[1.0, 2.0], 1.0), 2.0);
     }
 
     #[test]

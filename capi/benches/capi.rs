@@ -196,7 +196,7 @@ fn median_ns(f: &dyn Fn() -> i64, n: u32) -> f64 {
             t.elapsed().as_nanos() as f64 / f64::from(n)
         })
         .collect();
-    papirus_testkit::median(&v)
+    papirus_substrate::stats::median(&v)
 }
 
 fn main() {

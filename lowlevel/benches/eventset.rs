@@ -122,9 +122,9 @@ fn bench(c: &mut Criterion) {
     println!(
         "\nread of {{task-clock, page-faults}}, ns of thread CPU time per call (median of {ROUNDS} interleaved rounds, each the median of {BATCHES} batches of {CALLS}):"
     );
-    let ours = papirus_testkit::median(&ours);
+    let ours = papirus_substrate::stats::median(&ours);
     println!("  papirus EventSet::read     {ours:8.1}  ({methods:?})");
-    match ((!papi.is_empty()).then(|| papirus_testkit::median(&papi)), why) {
+    match ((!papi.is_empty()).then(|| papirus_substrate::stats::median(&papi)), why) {
         (Some(p), _) => println!("  Debian PAPI 7.0 PAPI_read  {p:8.1}  (papirus / PAPI = {:.2})", ours / p),
         (None, Some(e)) => println!("  Debian PAPI 7.0: not measured: {e}"),
         (None, None) => {}
@@ -153,7 +153,7 @@ fn median_ns(batches: u32, calls: u32, mut f: impl FnMut()) -> f64 {
             (cpu_ns() - t) / f64::from(calls)
         })
         .collect();
-    papirus_testkit::median(&v)
+    papirus_substrate::stats::median(&v)
 }
 
 /// Debian PAPI's `PAPI_read` of `events`, median ns per call, measured as

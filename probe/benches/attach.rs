@@ -17,7 +17,7 @@ use papirus_probe::inventory::Inventory;
 use papirus_probe::patch::{FunctionSpec, Patcher, Refusal};
 use papirus_probe::process::Process;
 use papirus_probe::session::RemoteSpace;
-use papirus_testkit::median;
+use papirus_substrate::stats::median;
 
 const FUNCTIONS: usize = 5000;
 const ROUNDS: usize = 5;

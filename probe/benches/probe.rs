@@ -30,7 +30,7 @@ use std::time::Duration;
 use criterion::Criterion;
 use papirus_probe::session::cost::{Body, Drive, Instrumented, Target, Tiny, cpu_time, ns_per_call};
 use papirus_probe_abi::Probe;
-use papirus_testkit::median;
+use papirus_substrate::stats::median;
 
 /// Set in the child that measures the task-clock + page-faults rows.
 const CHILD: &str = "PAPIRUS_PROBE_BENCH_EVENTS";

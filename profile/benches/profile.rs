@@ -16,7 +16,7 @@ use papirus_profile::collect::Collector;
 use papirus_profile::recording::{CallGraph, TriggerInfo};
 use papirus_profile::{Options, Target, record};
 use papirus_substrate::sample::{Record, SampleLayout, SampleType};
-use papirus_testkit::median;
+use papirus_substrate::stats::median;
 
 /// Distinct stacks in the synthetic stream, and samples in it.
 const STACKS: u64 = 64;

@@ -99,7 +99,7 @@ fn benches(c: &mut Criterion) {
 }
 
 fn median(key: &str) -> Option<f64> {
-    SAMPLES.lock().unwrap().get(key).map(|v| papirus_testkit::median(v))
+    SAMPLES.lock().unwrap().get(key).map(|v| papirus_substrate::stats::median(v))
 }
 
 /// Prints each fast path beside its baseline, with the ratio and the goal.

@@ -91,7 +91,7 @@ fn benches(c: &mut Criterion) {
 
 /// The median of the measured samples (warm-up calls dropped).
 fn median(v: &[f64]) -> f64 {
-    papirus_testkit::median(&v[v.len().saturating_sub(SAMPLE_SIZE)..])
+    papirus_substrate::stats::median(&v[v.len().saturating_sub(SAMPLE_SIZE)..])
 }
 
 fn summary() {

@@ -1,7 +1,7 @@
 //! What papirus' tests share: one way to build a C, C++ or Fortran target,
 //! one kind of scratch directory, one way to get a Debian package a test
-//! needs, one way to skip, one median for the benches' summaries, and one
-//! way to open outputs in the viewers people use ([`browser`]).
+//! needs, one way to skip, and one way to open outputs in the viewers
+//! people use ([`browser`]).
 //!
 //! A test that cannot run here prints `SKIP: <the reason>` on stderr (the
 //! kernel's or the tool's own words) and returns; it never passes silently
@@ -233,14 +233,6 @@ pub fn debian_package(package: &str, present: impl Fn() -> bool) -> Result<(), S
         }
     }
     Err(format!("apt-get install {package} did not provide it: {last}"))
-}
-
-/// The median of a bench's samples: the upper one of an even count, a
-/// figure that was measured, as papirus-calibrate reports it; NaN when none.
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 /// Whether `cmd ARGS` runs and succeeds (a tool's presence check).

@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use papirus_probe::session::cost;
+use papirus_substrate::stats::median;
 use papirus_substrate::sys::clock_gettime;
-use papirus_testkit::median;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
 const ROUNDS: usize = 15;

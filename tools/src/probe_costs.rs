@@ -179,7 +179,7 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
     let cycles = traced.ns.iter().map(|ns| ns * per_ns).collect();
     let mut c = Cost::from_samples(b.ticks(), b.plan(), UFTRACE, D_UFTRACE, None, cycles, UFTRACE_BATCH)
         .ok_or("no uftrace samples")?;
-    let plain_ns = papirus_calibrate::measure::median(&plain.ns);
+    let plain_ns = papirus_substrate::stats::median(&plain.ns);
     let added = c.ns.median - plain_ns;
     let version = Command::new(uftrace)
         .arg("--version")
