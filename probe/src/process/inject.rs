@@ -265,7 +265,7 @@ impl Process {
             let mut tids = self.threads();
             tids.sort_by_key(|&t| self.in_restart_block(t).unwrap_or(true));
             for tid in tids {
-                if self.usable(tid).is_ok() && !danger.contains(self.regs(tid)?.rip) {
+                if self.usable(tid).is_ok() && !danger.may_hold_lock(&self.regs(tid)?) {
                     self.worker = tid;
                     return Ok(());
                 }
@@ -281,22 +281,22 @@ impl Process {
 
     /// Lets the process run in short steps until no held thread other than
     /// `worker` is stopped where it may hold a lock any remote function could
-    /// need: in the dynamic loader, in one of libc's allocator functions, or in
-    /// `fork` (which holds malloc's locks across its clone). A remote call would
+    /// need: in the dynamic loader, in one of libc's allocator functions, in
+    /// `fork` (which holds malloc's locks across its clone), or in a memory
+    /// system call made by libc (its allocator and its thread-stack cache map
+    /// and unmap with their locks taken). A remote call would
     /// wait for that lock until its timeout, and an abandoned call can leave
     /// locks of its own taken. Gives up after [`MAX_ROUNDS`]; the call's own
     /// timeout still bounds what follows.
     pub(super) fn quiesce(&mut self, worker: i32) -> Result<()> {
         if self.lock_code.is_none() {
             let mappings = self.mappings()?;
-            self.lock_code = Some(Danger::new(self.pid, &mappings).ranges);
+            self.lock_code = Some(Danger::new(self.pid, &mappings));
         }
         for _ in 0..MAX_ROUNDS {
-            let ranges = self.lock_code.as_deref().unwrap_or_default();
+            let Some(danger) = self.lock_code.as_ref() else { return Ok(()) };
             let busy = self.threads().into_iter().any(|t| {
-                t != worker
-                    && self.usable(t).is_ok()
-                    && self.regs(t).is_ok_and(|r| ranges.iter().any(|&(s, e)| (s..e).contains(&r.rip)))
+                t != worker && self.usable(t).is_ok() && self.regs(t).is_ok_and(|r| danger.may_hold_lock(&r))
             });
             if !busy {
                 return Ok(());
@@ -361,10 +361,19 @@ fn open_module(pid: i32, m: &Mapping) -> Result<(ElfFile, u64)> {
     Ok((elf, bias))
 }
 
-/// Code where a stopped thread may hold the loader or allocator locks.
-struct Danger {
+/// Where a stopped thread may hold the loader's, the allocator's or the
+/// thread-stack cache's locks.
+#[derive(Debug)]
+pub(super) struct Danger {
     ranges: Vec<(u64, u64)>,
+    /// libc's code: a thread in a memory system call from there may be
+    /// inside the allocator's or the stack cache's internals (not exported,
+    /// so not in `ranges`), which map and unmap with their lock taken.
+    libc: Vec<(u64, u64)>,
 }
+
+/// mmap, mprotect, munmap, brk, mremap, madvise.
+const MEMORY_SYSCALLS: [u64; 6] = [9, 10, 11, 12, 25, 28];
 
 /// libc's exported allocator entry points.
 const ALLOCATOR: &[&str] = &[
@@ -394,10 +403,14 @@ const ALLOCATOR: &[&str] = &[
 impl Danger {
     fn new(pid: i32, mappings: &[Mapping]) -> Danger {
         let mut ranges = Vec::new();
+        let mut libc = Vec::new();
         for m in mappings.iter().filter(|m| m.perms.exec) {
             let base = m.name.rsplit('/').next().unwrap_or("");
             if base.starts_with("ld-linux") || base.starts_with("ld-2.") || base.starts_with("ld.so") {
                 ranges.push((m.start, m.end));
+            }
+            if base.starts_with("libc.so") || base.starts_with("libc-2.") {
+                libc.push((m.start, m.end));
             }
         }
         if let Some(libc) = find_module(mappings, "libc.so")
@@ -409,11 +422,13 @@ impl Danger {
                 }
             }
         }
-        Danger { ranges }
+        Danger { ranges, libc }
     }
 
-    fn contains(&self, rip: u64) -> bool {
-        self.ranges.iter().any(|&(s, e)| (s..e).contains(&rip))
+    /// Whether a thread stopped with registers `r` may hold such a lock.
+    fn may_hold_lock(&self, r: &super::Regs) -> bool {
+        let within = |v: &[(u64, u64)]| v.iter().any(|&(s, e)| (s..e).contains(&r.rip));
+        within(&self.ranges) || (MEMORY_SYSCALLS.contains(&r.orig_rax) && within(&self.libc))
     }
 }
 
@@ -597,6 +612,8 @@ impl Process {
         done_at: u64,
     ) -> Result<()> {
         let before = self.threads();
+        // pthread_create takes the stack cache's lock (and malloc's).
+        self.quiesce(self.worker)?;
         let r = self.call_here(t.create, &[data + thread_at, 0, code, data])?;
         if r != 0 {
             return Err(Error::RemoteSyscall {

@@ -175,9 +175,10 @@ pub struct Process {
     /// The ptrace options of every thread (OPTIONS, plus seccomp suspension
     /// when the target runs under a filter).
     options: Options,
-    /// Code ranges where a stopped thread may hold a lock remote calls need
-    /// (loader, allocator, fork), computed at the first remote call.
-    lock_code: Option<Vec<(u64, u64)>>,
+    /// Where a stopped thread may hold a lock remote calls need (loader,
+    /// allocator, fork, libc's memory system calls), computed at the first
+    /// remote call.
+    lock_code: Option<inject::Danger>,
     /// The restore block in code slack (`restoring`), once written.
     slack: Option<restoring::Slack>,
     /// The stub region of remote functions (`restoring`), once mapped.
