@@ -1,6 +1,7 @@
 //! Timing one primitive: warm up, then many samples, each a batch of calls
 //! timed with the TSC, reported as min / median / p99 / max per call.
 
+use papirus_substrate::stats::quantile;
 use serde::{Deserialize, Serialize};
 
 /// Statistics of one quantity over the samples, per call.
@@ -23,7 +24,7 @@ impl Stats {
             return None;
         }
         v.sort_by(f64::total_cmp);
-        let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+        let at = |q| quantile(v, q);
         Some(Stats { min: v[0], median: at(0.5), p99: at(0.99), max: v[v.len() - 1] })
     }
 

@@ -187,7 +187,7 @@ fn debian_ops(d: Papi) -> Option<Ops> {
 
 /// Median ns per call over batches of `n` calls.
 fn median_ns(f: &dyn Fn() -> i64, n: u32) -> f64 {
-    let mut v: Vec<f64> = (0..15)
+    let v: Vec<f64> = (0..15)
         .map(|_| {
             let t = Instant::now();
             for _ in 0..n {
@@ -196,8 +196,7 @@ fn median_ns(f: &dyn Fn() -> i64, n: u32) -> f64 {
             t.elapsed().as_nanos() as f64 / f64::from(n)
         })
         .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    papirus_substrate::stats::median(&v)
 }
 
 fn main() {

@@ -244,9 +244,14 @@ pub fn add_named(es: c_int, name: &str) -> Result<c_int, Code> {
 /// `PAPI_add_events`: stops at the first failure; its error if it was the
 /// first event, else the number added.
 pub fn add_many(es: c_int, codes: &[c_int]) -> Result<c_int, Code> {
+    each(es, codes, add_code)
+}
+
+/// `op` on each code in turn, as `PAPI_add_events` and `PAPI_remove_events` go.
+fn each(es: c_int, codes: &[c_int], op: fn(&mut Slot, u32) -> Result<(), Code>) -> Result<c_int, Code> {
     with(es, |s| {
         for (i, &c) in codes.iter().enumerate() {
-            if let Err(e) = add_code(s, c as u32) {
+            if let Err(e) = op(s, c as u32) {
                 return if i == 0 { Err(e) } else { Ok(i as c_int) };
             }
         }
@@ -281,14 +286,7 @@ pub fn remove_named(es: c_int, name: &str) -> Result<c_int, Code> {
 
 /// `PAPI_remove_events`: as `add_many`.
 pub fn remove_many(es: c_int, codes: &[c_int]) -> Result<c_int, Code> {
-    with(es, |s| {
-        for (i, &c) in codes.iter().enumerate() {
-            if let Err(e) = remove_code(s, c as u32) {
-                return if i == 0 { Err(e) } else { Ok(i as c_int) };
-            }
-        }
-        Ok(0)
-    })
+    each(es, codes, remove_code)
 }
 
 /// `PAPI_num_events`.

@@ -22,6 +22,18 @@ static void report(const char *what, long n) {
            n > 1 ? sqrt(sq / (double)(n - 1)) : 0.0);
 }
 
+/* Times `call` n times, each between two PAPI_get_real_cyc, then reports.
+   A macro, so the timed call is the call itself, not one through a pointer. */
+#define TIME(what, call)                                 \
+    do {                                                 \
+        for (long i = 0; i < n; i++) {                   \
+            long long a = PAPI_get_real_cyc();           \
+            (void)(call);                                \
+            t[i] = PAPI_get_real_cyc() - a;              \
+        }                                                \
+        report(what, n);                                 \
+    } while (0)
+
 int main(int argc, char **argv) {
     long n = 100000;
     for (int i = 1; i < argc; i++) {
@@ -50,38 +62,12 @@ int main(int argc, char **argv) {
     for (long i = 0; i < n; i++) t[i] = PAPI_get_real_cyc() - PAPI_get_real_cyc();
     for (long i = 0; i < n; i++) t[i] = -t[i];
     report("loop latency (PAPI_get_real_cyc)", n);
-    for (long i = 0; i < n; i++) {
-        long long a = PAPI_get_real_cyc();
-        PAPI_start(es);
-        PAPI_stop(es, v);
-        t[i] = PAPI_get_real_cyc() - a;
-    }
-    report("PAPI_start/stop (2 counters)", n);
+    TIME("PAPI_start/stop (2 counters)", (PAPI_start(es), PAPI_stop(es, v)));
     PAPI_start(es);
-    for (long i = 0; i < n; i++) {
-        long long a = PAPI_get_real_cyc();
-        PAPI_read(es, v);
-        t[i] = PAPI_get_real_cyc() - a;
-    }
-    report("PAPI_read (2 counters)", n);
-    for (long i = 0; i < n; i++) {
-        long long a = PAPI_get_real_cyc();
-        PAPI_read_ts(es, v, &cyc);
-        t[i] = PAPI_get_real_cyc() - a;
-    }
-    report("PAPI_read_ts (2 counters)", n);
-    for (long i = 0; i < n; i++) {
-        long long a = PAPI_get_real_cyc();
-        PAPI_accum(es, v);
-        t[i] = PAPI_get_real_cyc() - a;
-    }
-    report("PAPI_accum (2 counters)", n);
-    for (long i = 0; i < n; i++) {
-        long long a = PAPI_get_real_cyc();
-        PAPI_reset(es);
-        t[i] = PAPI_get_real_cyc() - a;
-    }
-    report("PAPI_reset (2 counters)", n);
+    TIME("PAPI_read (2 counters)", PAPI_read(es, v));
+    TIME("PAPI_read_ts (2 counters)", PAPI_read_ts(es, v, &cyc));
+    TIME("PAPI_accum (2 counters)", PAPI_accum(es, v));
+    TIME("PAPI_reset (2 counters)", PAPI_reset(es));
     PAPI_stop(es, v);
     return 0;
 }

@@ -62,8 +62,7 @@ where
     if lines.is_empty() {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no stacks with a weight: nothing to draw"));
     }
-    inferno::flamegraph::from_lines(&mut inferno_options(options), lines.iter().map(String::as_str), out)
-        .map_err(|e| io::Error::other(format!("flame graph: {e}")))
+    draw(&mut inferno_options(options), &lines, out, "flame graph")
 }
 
 /// Draws a flame chart: `intervals` (stacks, root first, with their widths)
@@ -80,10 +79,8 @@ where
     let mut lines: Vec<String> = Vec::new();
     let mut any = false;
     for (frames, w) in intervals {
-        let names: Vec<String> =
-            frames.into_iter().map(|f| crate::folded::frame_name(f.as_ref()).into_owned()).collect();
         any |= w > 0;
-        lines.push(format!("{} {w}", names.join(";")));
+        lines.push(format!("{} {w}", crate::folded::join(frames)));
     }
     if !any {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no interval with a width: nothing to draw"));
@@ -92,8 +89,18 @@ where
     opt.flame_chart = true;
     // inferno draws a flame chart's lines last to first.
     lines.reverse();
-    inferno::flamegraph::from_lines(&mut opt, lines.iter().map(String::as_str), out)
-        .map_err(|e| io::Error::other(format!("flame chart: {e}")))
+    draw(&mut opt, &lines, out, "flame chart")
+}
+
+/// Has inferno draw `lines` (folded, `frames weight`) as the picture `what`.
+fn draw(
+    opt: &mut inferno::flamegraph::Options,
+    lines: &[String],
+    out: impl Write,
+    what: &str,
+) -> io::Result<()> {
+    inferno::flamegraph::from_lines(opt, lines.iter().map(String::as_str), out)
+        .map_err(|e| io::Error::other(format!("{what}: {e}")))
 }
 
 #[cfg(test)]

@@ -17,22 +17,23 @@ pub fn frame_name(name: &str) -> Cow<'_, str> {
     if name.is_empty() {
         return Cow::Borrowed("[unknown]");
     }
-    if !name.chars().any(|c| c == ';' || c.is_control()) {
-        return Cow::Borrowed(name);
+    crate::one_field(name, ';', ':')
+}
+
+/// `frames` (root first) joined by `;`, each as [`frame_name`] gives it.
+pub(crate) fn join<S, F>(frames: S) -> String
+where
+    S: IntoIterator<Item = F>,
+    F: AsRef<str>,
+{
+    let mut line = String::new();
+    for (i, f) in frames.into_iter().enumerate() {
+        if i > 0 {
+            line.push(';');
+        }
+        line.push_str(&frame_name(f.as_ref()));
     }
-    Cow::Owned(
-        name.chars()
-            .map(|c| {
-                if c == ';' {
-                    ':'
-                } else if c.is_control() {
-                    ' '
-                } else {
-                    c
-                }
-            })
-            .collect(),
-    )
+    line
 }
 
 /// The folded lines of `stacks` (frames root first, weight), identical
@@ -48,13 +49,7 @@ where
         if weight == 0 {
             continue;
         }
-        let mut line = String::new();
-        for (i, f) in frames.into_iter().enumerate() {
-            if i > 0 {
-                line.push(';');
-            }
-            line.push_str(&frame_name(f.as_ref()));
-        }
+        let mut line = join(frames);
         if line.is_empty() {
             line.push_str("[unknown]");
         }

@@ -25,3 +25,26 @@ pub mod otf2;
 pub mod output;
 pub mod pprof;
 pub mod tau;
+
+use std::borrow::Cow;
+
+/// `name` with `special` (a format's separator or quote) replaced by
+/// `instead` and control characters by spaces, so it stays one field.
+fn one_field(name: &str, special: char, instead: char) -> Cow<'_, str> {
+    if !name.chars().any(|c| c == special || c.is_control()) {
+        return Cow::Borrowed(name);
+    }
+    Cow::Owned(
+        name.chars()
+            .map(|c| {
+                if c == special {
+                    instead
+                } else if c.is_control() {
+                    ' '
+                } else {
+                    c
+                }
+            })
+            .collect(),
+    )
+}

@@ -4,7 +4,15 @@
 //! name someone else may have planted: the bytes go to a fresh file created
 //! with `O_EXCL` in the destination directory, which is then renamed over
 //! the destination. A symlink at the destination is replaced, never
-//! followed; a failed write leaves the previous file as it was.
+//! followed; a failed write, or a tool killed while writing, leaves the
+//! previous file as it was.
+//!
+//! Outputs are not `fsync`ed: on a busy machine an `fsync` waits for the
+//! journal commit of everyone's dirty data (measured here at 0.5–12 ms for
+//! a 2 KiB report under load, seconds for large traces), which the user
+//! would wait for at every run. Across a power loss, ext4 (its default
+//! `auto_da_alloc`) and btrfs still give the old or the new file, as they
+//! flush a file renamed over another; elsewhere the new file may be empty.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -68,7 +76,6 @@ pub fn write_atomic_with(
     let mut w = std::io::BufWriter::new(tmp.as_file());
     fill(&mut w).and_then(|()| w.flush()).map_err(|e| err(path, e.to_string()))?;
     drop(w);
-    tmp.as_file().sync_all().map_err(|e| err(path, e.to_string()))?;
     tmp.persist(path).map_err(|e| err(path, e.error.to_string()))?;
     Ok(())
 }

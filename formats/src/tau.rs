@@ -10,6 +10,7 @@
 //! leads the metadata (Hatchet takes the first `<value>` as the metric).
 //! Times are microseconds, as TAU's; counts are raw.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::io;
 use std::path::Path;
@@ -55,18 +56,8 @@ fn dir_name(metric: &str) -> String {
 }
 
 /// A name as a profile line can carry it (no double quotes, no line breaks).
-fn name(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c == '"' {
-                '\''
-            } else if c.is_control() {
-                ' '
-            } else {
-                c
-            }
-        })
-        .collect()
+fn name(s: &str) -> Cow<'_, str> {
+    crate::one_field(s, '"', '\'')
 }
 
 fn xml(s: &str) -> String {
@@ -93,7 +84,7 @@ fn file(t: &Thread, metric: &str, m: usize) -> String {
         let _ = writeln!(out, "\"{n}\" {calls} {subrs} {excl} {incl} 0 GROUP=\"{group}\" ");
     };
     for e in &t.functions {
-        line(&e.path.last().map_or(String::new(), |s| name(s)), e, "TAU_USER");
+        line(&e.path.last().map_or(Cow::Borrowed(""), |s| name(s)), e, "TAU_USER");
     }
     for e in &t.paths {
         let mut p = ROOT.to_string();

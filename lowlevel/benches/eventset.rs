@@ -119,16 +119,12 @@ fn bench(c: &mut Criterion) {
     }
     let methods: Vec<_> = two.read_methods().into_iter().flatten().collect();
     two.stop().unwrap();
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied()
-    };
     println!(
         "\nread of {{task-clock, page-faults}}, ns of thread CPU time per call (median of {ROUNDS} interleaved rounds, each the median of {BATCHES} batches of {CALLS}):"
     );
-    let ours = median(&mut ours).unwrap_or(f64::NAN);
+    let ours = papirus_substrate::stats::median(&ours);
     println!("  papirus EventSet::read     {ours:8.1}  ({methods:?})");
-    match (median(&mut papi), why) {
+    match ((!papi.is_empty()).then(|| papirus_substrate::stats::median(&papi)), why) {
         (Some(p), _) => println!("  Debian PAPI 7.0 PAPI_read  {p:8.1}  (papirus / PAPI = {:.2})", ours / p),
         (None, Some(e)) => println!("  Debian PAPI 7.0: not measured: {e}"),
         (None, None) => {}
@@ -148,7 +144,7 @@ fn cpu_ns() -> f64 {
 
 /// Median ns per call of `f` (thread CPU time) over `batches` batches of `calls` calls.
 fn median_ns(batches: u32, calls: u32, mut f: impl FnMut()) -> f64 {
-    let mut v: Vec<f64> = (0..batches)
+    let v: Vec<f64> = (0..batches)
         .map(|_| {
             let t = cpu_ns();
             for _ in 0..calls {
@@ -157,8 +153,7 @@ fn median_ns(batches: u32, calls: u32, mut f: impl FnMut()) -> f64 {
             (cpu_ns() - t) / f64::from(calls)
         })
         .collect();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    papirus_substrate::stats::median(&v)
 }
 
 /// Debian PAPI's `PAPI_read` of `events`, median ns per call, measured as

@@ -17,6 +17,7 @@ use papirus_probe::inventory::Inventory;
 use papirus_probe::patch::{FunctionSpec, Patcher, Refusal};
 use papirus_probe::process::Process;
 use papirus_probe::session::RemoteSpace;
+use papirus_substrate::stats::median;
 
 const FUNCTIONS: usize = 5000;
 const ROUNDS: usize = 5;
@@ -112,11 +113,6 @@ fn once(pid: i32, specs: &[FunctionSpec], t: &mut Target) -> Figures {
     Figures { window, patcher: out.window, restore, target_gap: t.max_gap() }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
     let exe = papirus_testkit::Cc::from_text(dir.path(), "many.c", &source())
@@ -143,15 +139,15 @@ fn main() {
     };
     println!("attach + instrument N functions + detach, 4 busy threads, {ROUNDS} rounds, medians:");
     let base: Vec<Figures> = (0..ROUNDS).map(|_| once(pid, &[], &mut t)).collect();
-    let base_ms = median(base.iter().map(|f| f.window.as_secs_f64() * 1e3).collect());
+    let base_ms = median(&base.iter().map(|f| f.window.as_secs_f64() * 1e3).collect::<Vec<_>>());
     println!("  baseline (nothing patched): window {base_ms:.2} ms");
     for n in [100, FUNCTIONS] {
         let specs: Vec<FunctionSpec> = (0..n).map(spec).collect();
         let runs: Vec<Figures> = (0..ROUNDS).map(|_| once(pid, &specs, &mut t)).collect();
-        let window = median(runs.iter().map(|f| f.window.as_secs_f64() * 1e3).collect());
-        let patcher = median(runs.iter().map(|f| f.patcher.as_secs_f64() * 1e3).collect());
-        let restore = median(runs.iter().map(|f| f.restore.as_secs_f64() * 1e3).collect());
-        let gap = median(runs.iter().map(|f| f.target_gap * 1e3).collect());
+        let window = median(&runs.iter().map(|f| f.window.as_secs_f64() * 1e3).collect::<Vec<_>>());
+        let patcher = median(&runs.iter().map(|f| f.patcher.as_secs_f64() * 1e3).collect::<Vec<_>>());
+        let restore = median(&runs.iter().map(|f| f.restore.as_secs_f64() * 1e3).collect::<Vec<_>>());
+        let gap = median(&runs.iter().map(|f| f.target_gap * 1e3).collect::<Vec<_>>());
         println!(
             "  N = {n:>5}: window {window:7.2} ms ({:.1}x baseline), patcher {patcher:7.2} ms, \
              {:>9.0} functions/s; restore window {restore:7.2} ms; longest gap seen by the target {gap:7.2} ms",

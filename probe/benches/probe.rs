@@ -9,6 +9,9 @@
 //! typical -O2 entry, and one behind a 5-byte nop); and end to end, one
 //! program plain, under `papirus-probe run` (with and without `--trace`) and
 //! under `uftrace record -P` (Debian's uftrace, installed when missing).
+//! Beside the wallclock row, its floor: the same trampoline, hijacked
+//! return and two `rdtsc` with no bookkeeping, in a program of its own
+//! (testkit/targets/probe_floor.c), so what papirus adds shows.
 //!
 //! The counters probe's events are fixed per process, so the task-clock +
 //! page-faults rows run in a child process of this bench (the same binary),
@@ -25,8 +28,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use criterion::Criterion;
-use papirus_probe::session::cost::{Body, Drive, Instrumented, Target, Tiny, cpu_time, median, ns_per_call};
+use papirus_probe::session::cost::{Body, Drive, Instrumented, Target, Tiny, cpu_time, ns_per_call};
 use papirus_probe_abi::Probe;
+use papirus_substrate::stats::median;
 
 /// Set in the child that measures the task-clock + page-faults rows.
 const CHILD: &str = "PAPIRUS_PROBE_BENCH_EVENTS";
@@ -213,16 +217,16 @@ fn end_to_end() {
     let uf = papirus_testkit::debian_package("uftrace", || uftrace().is_some())
         .and_then(|()| uftrace().ok_or_else(|| "uftrace not on PATH".to_string()))
         .and_then(|u| uftraced(&driver, &u, &plain, BATCH, SAMPLES));
-    let base = plain.median();
-    let added = |r: &DriverRun| r.median() - base;
+    let base = median(&plain.ns);
+    let added = |r: &DriverRun| median(&r.ns) - base;
     println!(
         "\nend to end, each a separate run of one program, timed inside it (median of {SAMPLES} × {BATCH} calls, wall clock):"
     );
     println!("  uninstrumented                 {base:8.2} ns");
-    println!("  papirus-probe run, wallclock   {:8.2} ns  (+{:.2} ns)", wall.median(), added(&wall));
+    println!("  papirus-probe run, wallclock   {:8.2} ns  (+{:.2} ns)", median(&wall.ns), added(&wall));
     println!(
         "  papirus-probe run --trace      {:8.2} ns  (+{:.2} ns, {:.2}× the wallclock probe's added cost; goal ≤ 2×)",
-        traced.median(),
+        median(&traced.ns),
         added(&traced),
         added(&traced) / added(&wall)
     );
@@ -238,7 +242,7 @@ fn end_to_end() {
     match uf {
         Ok(u) => println!(
             "  uftrace record -P tiny         {:8.2} ns  (+{:.2} ns, {:.1}× papirus' trace, {:.1}× the wallclock probe per call)",
-            u.median(),
+            median(&u.ns),
             added(&u),
             added(&u) / added(&traced),
             added(&u) / added(&wall)
@@ -266,6 +270,7 @@ fn drain_rate() -> (f64, f64) {
     for (i, v) in shape.header() {
         set(i as u64, v);
     }
+    set(hdr::SLOTS_USED as u64, 1);
     let r = g.slot_at(0) + g.slot_ring();
     for i in 0..ring {
         set(r + i * 3, i);
@@ -304,6 +309,51 @@ fn drain_rate() -> (f64, f64) {
     let secs = t0.elapsed().as_secs_f64();
     assert_eq!((s.calls, s.lost), (rounds * (ring - 1), 0), "every call drained");
     (s.calls as f64 / secs, s.bytes as f64 / secs)
+}
+
+/// The cost floor of any return-hijacking probe with two TSC reads, part by
+/// part (testkit/targets/probe_floor.c, ns per call, medians in thread CPU
+/// time): what the wallclock probe's added cost is made of.
+struct Floor {
+    plain: f64,
+    trampoline: f64,
+    hijack: f64,
+    clock: f64,
+}
+
+fn floor() -> Result<Floor, String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let exe = papirus_testkit::Cc::new(papirus_testkit::target("probe_floor.c")).build(dir.path(), "floor");
+    let out = Command::new(&exe).output().map_err(|e| e.to_string())?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Vec<f64> =
+        text.trim().strip_prefix("floor ").unwrap_or("").split(' ').filter_map(|w| w.parse().ok()).collect();
+    match v[..] {
+        [plain, trampoline, hijack, clock] => Ok(Floor { plain, trampoline, hijack, clock }),
+        _ => Err(format!("the floor program printed `{}` ({})", text.trim(), out.status)),
+    }
+}
+
+impl Floor {
+    /// Prints the parts beside `added`, the wallclock probe's added cost.
+    fn print(&self, added: f64) {
+        let floor = self.clock - self.plain;
+        println!("    where it goes (the same call shape in a program of its own, this run):");
+        for (what, ns) in [
+            ("trampoline + call of a hook doing nothing", self.trampoline - self.plain),
+            (
+                "return hijacked through an exit stub (the function's `ret` mispredicts)",
+                self.hijack - self.trampoline,
+            ),
+            ("one `rdtsc` in each hook", self.clock - self.hijack),
+        ] {
+            println!("      +{ns:6.2} ns  {what}");
+        }
+        println!(
+            "      ={floor:6.2} ns  the floor of a return-hijacking probe with two TSC reads; papirus' own bookkeeping (thread lookup, shadow stack, call-path tree) adds {:.2} ns",
+            added - floor
+        );
+    }
 }
 
 fn main() {
@@ -373,6 +423,10 @@ fn main() {
     println!("  {:<38}{base:8.2} ns", "uninstrumented");
     line("trampoline, empty probe", empty, base, "");
     line("trampoline, wallclock probe", wall, base, "");
+    match floor() {
+        Ok(f) => f.print(wall - base),
+        Err(e) => println!("  the wallclock probe's floor: not measured: {e}"),
+    }
     if counters {
         let cnt = rows[2];
         line(

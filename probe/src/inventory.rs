@@ -65,6 +65,9 @@ pub enum InventoryError {
         /// The file.
         path: PathBuf,
     },
+    /// A glob the matcher cannot take (a list too large to compile).
+    #[error("function globs: {0}")]
+    Globs(#[from] globset::Error),
     /// A process without any mapped ELF file: a kernel thread, or a zombie.
     #[error("process {pid} maps no executable file (a kernel thread or a zombie?): nothing to list")]
     NoModules {
@@ -400,46 +403,92 @@ fn resolve_program(program: &Path) -> crate::Result<PathBuf> {
         .ok_or_else(|| InventoryError::ProgramNotFound { program: program.display().to_string() }.into())
 }
 
-/// Whether `text` matches the shell-style `pattern` (`*` any run, `?` any one character).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    // Where the last `*` was, and the text position it currently absorbs up to.
-    let mut star: Option<(usize, usize)> = None;
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some((pi, ti));
-            pi += 1;
-        } else if let Some((sp, st)) = star {
-            pi = sp + 1;
-            ti = st + 1;
-            star = Some((sp, st + 1));
-        } else {
-            return false;
+/// Globs on names, compiled once into one matcher: `*` stands for any run,
+/// `?` for any one byte (a character of an ASCII name), and every other
+/// character for itself, so C++ names (`operator[]`, `{lambda()#1}`) need
+/// no quoting.
+#[derive(Debug, Clone)]
+pub struct Globs(globset::GlobSet);
+
+impl Globs {
+    /// The matcher for `patterns` (none: it matches nothing).
+    pub fn new<S: AsRef<str>>(patterns: &[S]) -> Result<Globs, InventoryError> {
+        let mut set = globset::GlobSetBuilder::new();
+        for p in patterns {
+            // What globset reads beyond `*` and `?` is quoted, and `**`
+            // (globset's any-directories) is the `*` it means here.
+            let mut quoted = String::with_capacity(p.as_ref().len());
+            for c in p.as_ref().chars() {
+                match c {
+                    '*' if quoted.ends_with('*') => continue,
+                    '[' | ']' | '{' | '}' | '\\' => quoted.push('\\'),
+                    _ => {}
+                }
+                quoted.push(c);
+            }
+            set.add(globset::GlobBuilder::new(&quoted).backslash_escape(true).build()?);
         }
+        Ok(Globs(set.build()?))
     }
-    p[pi..].iter().all(|&c| c == '*')
+
+    /// Whether one of the globs matches all of `name`.
+    pub fn is_match(&self, name: &str) -> bool {
+        self.0.is_match(name)
+    }
+
+    /// Whether one of the globs matches a function's stored or demangled name.
+    pub fn is_match_either(&self, name: &str, demangled: Option<&str>) -> bool {
+        self.is_match(name) || demangled.is_some_and(|d| self.is_match(d))
+    }
+
+    /// Whether there are no globs.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// This machine's libc, which the ifunc and patchability tests read
+    /// (`None`, said, where it is not at the Debian path).
+    pub(super) fn system_libc() -> Option<ElfFile> {
+        const LIBC: &str = "/lib/x86_64-linux-gnu/libc.so.6";
+        let elf = ElfFile::open(LIBC);
+        if let Err(e) = &elf {
+            papirus_testkit::skip(format!("{LIBC}: {e}"));
+        }
+        elf.ok()
+    }
+
     #[test]
     fn globs() {
-        assert!(glob_match("*", ""));
-        assert!(glob_match("main", "main"));
-        assert!(!glob_match("main", "mainly"));
-        assert!(glob_match("mem*", "memcpy"));
-        assert!(glob_match("*cpy", "memcpy"));
-        assert!(glob_match("m?mc*y", "memcpy"));
-        assert!(glob_match("*a*b*c", "xxaxxbxxc"));
-        assert!(!glob_match("*a*b*c", "xxaxxcxxb"));
-        assert!(glob_match("ns::*(int)", "ns::foo(int)"));
-        assert!(!glob_match("?", ""));
+        let m = |p: &str, t: &str| Globs::new(&[p]).unwrap().is_match(t);
+        assert!(m("*", ""));
+        assert!(m("main", "main"));
+        assert!(!m("main", "mainly"));
+        assert!(m("mem*", "memcpy"));
+        assert!(m("*cpy", "memcpy"));
+        assert!(m("m?mc*y", "memcpy"));
+        assert!(m("*a*b*c", "xxaxxbxxc"));
+        assert!(!m("*a*b*c", "xxaxxcxxb"));
+        assert!(m("ns::*(int)", "ns::foo(int)"));
+        assert!(!m("?", ""));
+        assert!(m("??", "é") && !m("?", "é"), "`?` is one byte of a name");
+        assert!(m("a**b", "a/x/b") && m("*", "a/b"), "`*` crosses `/`");
+        assert!(!m("**/", "a") && m("/**", "/a") && m("a/**/b", "a/b/b"), "`**` is `*`");
+        // Only `*` and `?` are special: C++ names match as written.
+        assert!(m("std::vector<int>::operator[]*", "std::vector<int>::operator[](unsigned long)"));
+        assert!(!m("[ab]", "a"));
+        assert!(m("f()::{lambda(int)#1}::*", "f()::{lambda(int)#1}::operator()"));
+        assert!(!m("{a,b}", "a"));
+        assert!(m("a\\*", "a\\b") && !m("a\\*", "a*"));
+        let set = Globs::new(&["main", "fib*", "*_r"]).unwrap();
+        assert!(["main", "fib", "fibonacci", "strtok_r"].iter().all(|n| set.is_match(n)));
+        assert!(!set.is_match("mainly") && !set.is_match("_fib"));
+        let none = Globs::new::<&str>(&[]).unwrap();
+        assert!(none.is_empty() && !none.is_match(""));
     }
 
     #[test]

@@ -16,6 +16,7 @@ use papirus_profile::collect::Collector;
 use papirus_profile::recording::{CallGraph, TriggerInfo};
 use papirus_profile::{Options, Target, record};
 use papirus_substrate::sample::{Record, SampleLayout, SampleType};
+use papirus_substrate::stats::median;
 
 /// Distinct stacks in the synthetic stream, and samples in it.
 const STACKS: u64 = 64;
@@ -67,11 +68,6 @@ fn drain(c: &mut Criterion) {
         black_box(col.samples());
     });
     g.finish();
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 fn overhead() {
@@ -136,12 +132,12 @@ fn overhead() {
             ms[i].push(wall(&timefile));
         }
     }
-    let base = median(ms[0].clone());
+    let base = median(&ms[0]);
     println!(
         "\noverhead on the target: its own wall time, median of {runs} interleaved runs (profile_hot 300)"
     );
     for (i, (name, _)) in configs.iter().enumerate() {
-        let m = median(ms[i].clone());
+        let m = median(&ms[i]);
         let per_run = samples[i] / runs as u64;
         println!("  {name:<18} {m:>9.1} ms  {:>6.3}x  {per_run:>6} samples/run", m / base);
     }

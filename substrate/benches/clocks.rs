@@ -99,10 +99,7 @@ fn benches(c: &mut Criterion) {
 }
 
 fn median(key: &str) -> Option<f64> {
-    let s = SAMPLES.lock().unwrap();
-    let mut v = s.get(key)?.clone();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied()
+    SAMPLES.lock().unwrap().get(key).map(|v| papirus_substrate::stats::median(v))
 }
 
 /// Prints each fast path beside its baseline, with the ratio and the goal.

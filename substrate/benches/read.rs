@@ -90,26 +90,23 @@ fn benches(c: &mut Criterion) {
 }
 
 /// The median of the measured samples (warm-up calls dropped).
-fn median(v: &mut [f64]) -> f64 {
-    let from = v.len().saturating_sub(SAMPLE_SIZE);
-    let v = &mut v[from..];
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+fn median(v: &[f64]) -> f64 {
+    papirus_substrate::stats::median(&v[v.len().saturating_sub(SAMPLE_SIZE)..])
 }
 
 fn summary() {
-    let mut samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
-    let base = samples.get_mut(NULL).map_or(f64::NAN, |v| median(v));
+    let samples = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
+    let base = samples.get(NULL).map_or(f64::NAN, |v| median(v));
     println!("\nread() costs, median of criterion's {SAMPLE_SIZE} samples in this run:");
     println!("{:<40} {:>10} {:>16}", "operation", "ns/op", "× null syscall");
     for name in [NULL, ONE, THREE, THREE_ALLOC] {
-        if let Some(v) = samples.get_mut(name) {
+        if let Some(v) = samples.get(name) {
             let m = median(v);
             println!("{name:<40} {m:>10.1} {:>16.2}", m / base);
         }
     }
     if let (Some(three), Some(one)) =
-        (samples.get_mut(THREE).map(|v| median(v)), samples.get_mut(ONE).map(|v| median(v)))
+        (samples.get(THREE).map(|v| median(v)), samples.get(ONE).map(|v| median(v)))
     {
         println!(
             "group of 3 per event: {:.1} ns ({:.2}× one counter's read per event)",

@@ -452,8 +452,7 @@ pub fn calibrate() -> Option<f64> {
     if rounds.is_empty() {
         return None;
     }
-    rounds.sort_by(f64::total_cmp);
-    Some(rounds[rounds.len() / 2])
+    Some(crate::stats::median(&rounds))
 }
 
 #[cfg(test)]

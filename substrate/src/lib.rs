@@ -27,6 +27,7 @@ pub mod pmu;
 pub mod ring;
 pub mod sample;
 pub mod signal;
+pub mod stats;
 pub mod stdio;
 pub mod symbolize;
 pub mod vclock;

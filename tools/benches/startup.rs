@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use papirus_probe::session::cost;
+use papirus_substrate::stats::median;
 use papirus_substrate::sys::clock_gettime;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_papirus-probe");
@@ -110,7 +111,7 @@ fn main() {
     for ((name, _), (s, e, err)) in tools.iter().zip(results) {
         match err {
             Some(err) if s.is_empty() => println!("  {name:<56}not measured: {err}"),
-            _ => println!("  {name:<56}{:>10.1}{:>10.1}", cost::median(&s), cost::median(&e)),
+            _ => println!("  {name:<56}{:>10.1}{:>10.1}", median(&s), median(&e)),
         }
     }
 }

@@ -179,7 +179,7 @@ fn uftraced(s: &State, b: &Bench, uftrace: &Path) -> RowResult {
     let cycles = traced.ns.iter().map(|ns| ns * per_ns).collect();
     let mut c = Cost::from_samples(b.ticks(), b.plan(), UFTRACE, D_UFTRACE, None, cycles, UFTRACE_BATCH)
         .ok_or("no uftrace samples")?;
-    let plain_ns = plain.median();
+    let plain_ns = papirus_substrate::stats::median(&plain.ns);
     let added = c.ns.median - plain_ns;
     let version = Command::new(uftrace)
         .arg("--version")
@@ -305,7 +305,7 @@ pub fn predict(costs: &CostFile, report: &papirus_probe_abi::Report) -> Result<P
     };
     let probed = costs.median_ns(row).ok_or_else(|| missing(row))?;
     let base = costs.median_ns(UNINSTRUMENTED).ok_or_else(|| missing(UNINSTRUMENTED))?;
-    let calls = report.threads.iter().flat_map(|t| &t.functions).map(|f| f.calls).sum::<u64>();
+    let calls = report.threads.iter().flat_map(|t| &t.functions).map(|f| f.figures.calls).sum::<u64>();
     let added_ns = (probed - base).max(0.0);
     Ok(Prediction { calls, row, added_ns, total_ns: calls as f64 * added_ns, note })
 }
@@ -330,7 +330,7 @@ mod tests {
     }
 
     fn report(probe: &str, events: &[&str], calls: &[&[u64]]) -> papirus_probe_abi::Report {
-        use papirus_probe_abi::{FORMAT_VERSION, FunctionReport, Report, ThreadReport};
+        use papirus_probe_abi::{FORMAT_VERSION, Figures, FunctionReport, Report, ThreadReport};
         let threads = calls
             .iter()
             .zip(1..)
@@ -338,7 +338,10 @@ mod tests {
                 tid,
                 functions: (0..)
                     .zip(fs.iter())
-                    .map(|(id, &calls)| FunctionReport { id, calls, exits: calls, ..Default::default() })
+                    .map(|(id, &calls)| FunctionReport {
+                        id,
+                        figures: Figures { calls, exits: calls, ..Default::default() },
+                    })
                     .collect(),
                 callees: Vec::new(),
                 ..Default::default()

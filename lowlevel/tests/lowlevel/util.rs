@@ -15,13 +15,15 @@ pub fn work() -> Built {
 
 /// Touches `pages` fresh pages of a new mapping (each a minor fault).
 pub fn touch_pages(pages: usize) {
-    // Above 32 MiB glibc maps fresh zero pages (calloc leaves them
-    // untouched); writing one byte of each faults it in.
-    let mut v = vec![0u8; pages * 4096];
-    for i in (0..v.len()).step_by(4096) {
-        v[i] = 1;
+    // A mapping of its own, never huge pages: each page written faults
+    // once (memory from the allocator may already be resident, and a huge
+    // page maps 512 at one fault).
+    let mut m = memmap2::MmapMut::map_anon(pages * 4096).unwrap();
+    m.advise(memmap2::Advice::NoHugePage).unwrap();
+    for i in (0..m.len()).step_by(4096) {
+        m[i] = 1;
     }
-    std::hint::black_box(&v);
+    std::hint::black_box(&m);
 }
 
 /// Burns about `ms` of this thread's CPU time.

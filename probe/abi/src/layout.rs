@@ -104,7 +104,7 @@
 /// `PAPIRSEG`, little-endian.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"PAPIRSEG");
 /// Layout version; a reader refuses any other.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 /// Header size.
 pub const HEADER_WORDS: u64 = 32;
 /// Counter events at most.
@@ -156,6 +156,10 @@ pub mod hdr {
     pub const TRACE_DEPTH: usize = 20;
     /// Functions traced: ids below this (the tool numbers traced functions first).
     pub const TRACE_FUNCS: usize = 21;
+    /// Slots ever claimed: a thread claims the lowest free slot, so none at
+    /// or above this was ever written, and readers stop here rather than
+    /// touch (and so allocate) the pages of the rest (counter, a maximum).
+    pub const SLOTS_USED: usize = 22;
 }
 
 /// Words of a slot header.

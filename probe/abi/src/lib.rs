@@ -17,7 +17,8 @@ use papirus_counting::read::TscRate;
 use serde::{Deserialize, Serialize};
 
 pub use report::{
-    EdgeReport, FORMAT_VERSION, FunctionReport, NodeReport, ProcessReport, Report, ThreadReport, Window,
+    EdgeReport, FORMAT_VERSION, Figures, FunctionReport, NodeReport, ProcessReport, Report, ThreadReport,
+    Window,
 };
 
 /// What the hooks measure.

@@ -116,6 +116,27 @@ pub struct NodeReport {
     pub parent: Option<u32>,
     /// Function id (index into [`Report::functions`]).
     pub function: u32,
+    /// The path's figures; its minimum is 0 when no activation closed.
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// One function's totals in one thread: sums over its tree nodes. Times are
+/// in TSC ticks.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionReport {
+    /// Function id (index into [`Report::functions`]).
+    pub id: u32,
+    /// The function's figures; for recursion, the inclusive time and counts
+    /// are those of the outermost activations only (tree nodes without an
+    /// ancestor of the same function).
+    #[serde(flatten)]
+    pub figures: Figures,
+}
+
+/// What a tree node and a function's totals count, in the same JSON fields.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Figures {
     /// Entries.
     pub calls: u64,
     /// Returns.
@@ -124,11 +145,11 @@ pub struct NodeReport {
     pub unwound: u64,
     /// Inclusive time of the closed activations.
     pub incl_ticks: u64,
-    /// Exclusive time: inclusive minus the children's inclusive.
+    /// Exclusive time: inclusive minus the instrumented callees' inclusive.
     pub excl_ticks: u64,
-    /// Shortest activation (0 when none closed).
+    /// Shortest closed activation.
     pub min_ticks: u64,
-    /// Longest activation.
+    /// Longest closed activation.
     pub max_ticks: u64,
     /// Inclusive counts per event of [`Report::events`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -138,32 +159,34 @@ pub struct NodeReport {
     pub counters_excl: Vec<u64>,
 }
 
-/// One function's totals in one thread. Times are in TSC ticks.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct FunctionReport {
-    /// Function id (index into [`Report::functions`]).
-    pub id: u32,
-    /// Entries.
-    pub calls: u64,
-    /// Returns.
-    pub exits: u64,
-    /// Activations left without returning (longjmp, exception), closed when noticed.
-    pub unwound: u64,
-    /// Inclusive time; for recursion, only the outermost activation counts
-    /// (tree nodes without an ancestor of the same function).
-    pub incl_ticks: u64,
-    /// Exclusive time: inclusive minus instrumented callees.
-    pub excl_ticks: u64,
-    /// Shortest activation.
-    pub min_ticks: u64,
-    /// Longest activation.
-    pub max_ticks: u64,
-    /// Inclusive counts per event of [`Report::events`] (outermost activations).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub counters_incl: Vec<u64>,
-    /// Exclusive counts per event.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub counters_excl: Vec<u64>,
+impl Figures {
+    /// Adds `other`'s figures, saturating (a report file is data); its
+    /// inclusive time and counts only when `inclusive` (else the counter
+    /// columns still widen to `other`'s). Minimum and maximum are over the
+    /// closed activations of both.
+    pub fn add(&mut self, other: &Figures, inclusive: bool) {
+        let closed_before = self.exits.saturating_add(self.unwound);
+        for (a, b) in [
+            (&mut self.calls, other.calls),
+            (&mut self.exits, other.exits),
+            (&mut self.unwound, other.unwound),
+            (&mut self.excl_ticks, other.excl_ticks),
+        ] {
+            *a = a.saturating_add(b);
+        }
+        if other.exits.saturating_add(other.unwound) > 0 {
+            self.min_ticks =
+                if closed_before == 0 { other.min_ticks } else { self.min_ticks.min(other.min_ticks) };
+            self.max_ticks = self.max_ticks.max(other.max_ticks);
+        }
+        add_counts(&mut self.counters_excl, &other.counters_excl);
+        if inclusive {
+            self.incl_ticks = self.incl_ticks.saturating_add(other.incl_ticks);
+            add_counts(&mut self.counters_incl, &other.counters_incl);
+        } else if self.counters_incl.len() < other.counters_incl.len() {
+            self.counters_incl.resize(other.counters_incl.len(), 0);
+        }
+    }
 }
 
 /// One caller → callee pair in one thread.
@@ -191,27 +214,8 @@ impl ThreadReport {
             let f = funcs
                 .entry(n.function)
                 .or_insert_with(|| FunctionReport { id: n.function, ..Default::default() });
-            let closed_before = f.exits.saturating_add(f.unwound);
-            for (a, b) in [
-                (&mut f.calls, n.calls),
-                (&mut f.exits, n.exits),
-                (&mut f.unwound, n.unwound),
-                (&mut f.excl_ticks, n.excl_ticks),
-            ] {
-                *a = a.saturating_add(b);
-            }
-            if n.exits.saturating_add(n.unwound) > 0 {
-                f.min_ticks = if closed_before == 0 { n.min_ticks } else { f.min_ticks.min(n.min_ticks) };
-                f.max_ticks = f.max_ticks.max(n.max_ticks);
-            }
-            add_counts(&mut f.counters_excl, &n.counters_excl);
             // Inclusive figures count the outermost activation of a recursion only.
-            if outermost[i] {
-                f.incl_ticks = f.incl_ticks.saturating_add(n.incl_ticks);
-                add_counts(&mut f.counters_incl, &n.counters_incl);
-            } else if f.counters_incl.len() < n.counters_incl.len() {
-                f.counters_incl.resize(n.counters_incl.len(), 0);
-            }
+            f.figures.add(&n.figures, outermost[i]);
             if let Some(p) = n.parent.and_then(|p| self.tree.get(p as usize)) {
                 let e = edges.entry((p.function, n.function)).or_insert_with(|| EdgeReport {
                     caller: p.function,
@@ -219,11 +223,11 @@ impl ThreadReport {
                     calls: 0,
                     incl_ticks: 0,
                 });
-                e.calls = e.calls.saturating_add(n.calls);
-                e.incl_ticks = e.incl_ticks.saturating_add(n.incl_ticks);
+                e.calls = e.calls.saturating_add(n.figures.calls);
+                e.incl_ticks = e.incl_ticks.saturating_add(n.figures.incl_ticks);
             }
         }
-        self.functions = funcs.into_values().filter(|f| f.calls > 0).collect();
+        self.functions = funcs.into_values().filter(|f| f.figures.calls > 0).collect();
         self.callees = edges.into_values().collect();
     }
 
@@ -283,24 +287,7 @@ impl Report {
     pub fn total(&self, id: u32) -> FunctionReport {
         let mut out = FunctionReport { id, ..Default::default() };
         for f in self.threads.iter().flat_map(|t| t.functions.iter()).filter(|f| f.id == id) {
-            let first = out.exits + out.unwound == 0;
-            out.calls += f.calls;
-            out.exits += f.exits;
-            out.unwound += f.unwound;
-            out.incl_ticks += f.incl_ticks;
-            out.excl_ticks += f.excl_ticks;
-            for (v, src) in
-                [(&mut out.counters_incl, &f.counters_incl), (&mut out.counters_excl, &f.counters_excl)]
-            {
-                v.resize(v.len().max(src.len()), 0);
-                for (a, b) in v.iter_mut().zip(src) {
-                    *a += b;
-                }
-            }
-            if f.exits + f.unwound > 0 {
-                out.min_ticks = if first { f.min_ticks } else { out.min_ticks.min(f.min_ticks) };
-                out.max_ticks = out.max_ticks.max(f.max_ticks);
-            }
+            out.figures.add(&f.figures, true);
         }
         out
     }
@@ -322,14 +309,16 @@ mod tests {
     fn f(id: u32, calls: u64, incl: u64, min: u64, max: u64) -> FunctionReport {
         FunctionReport {
             id,
-            calls,
-            exits: calls,
-            incl_ticks: incl,
-            excl_ticks: incl / 2,
-            min_ticks: min,
-            max_ticks: max,
-            counters_incl: vec![calls * 10],
-            ..Default::default()
+            figures: Figures {
+                calls,
+                exits: calls,
+                incl_ticks: incl,
+                excl_ticks: incl / 2,
+                min_ticks: min,
+                max_ticks: max,
+                counters_incl: vec![calls * 10],
+                ..Default::default()
+            },
         }
     }
 
@@ -363,7 +352,7 @@ mod tests {
     #[test]
     fn totals_over_threads() {
         let r = report();
-        let t = r.total(r.id("f").unwrap());
+        let t = r.total(r.id("f").unwrap()).figures;
         assert_eq!((t.calls, t.exits, t.incl_ticks, t.excl_ticks), (5, 5, 70, 35));
         assert_eq!((t.min_ticks, t.max_ticks), (5, 33));
         assert_eq!(t.counters_incl, [50]);
@@ -378,13 +367,15 @@ mod tests {
         let n = |parent, function, calls, incl, excl| NodeReport {
             parent,
             function,
-            calls,
-            exits: calls,
-            incl_ticks: incl,
-            excl_ticks: excl,
-            min_ticks: 1,
-            max_ticks: incl,
-            ..Default::default()
+            figures: Figures {
+                calls,
+                exits: calls,
+                incl_ticks: incl,
+                excl_ticks: excl,
+                min_ticks: 1,
+                max_ticks: incl,
+                ..Default::default()
+            },
         };
         // main → fib → fib → fib, main → g, fib → g.
         let mut t = ThreadReport {
@@ -400,7 +391,7 @@ mod tests {
         };
         assert_eq!(t.outermost(), [true, true, false, false, true, true]);
         t.derive();
-        let f = |id| t.functions.iter().find(|f| f.id == id).unwrap().clone();
+        let f = |id| t.functions.iter().find(|f| f.id == id).unwrap().figures.clone();
         // Inclusive time of a recursion: its outermost level only.
         assert_eq!((f(1).calls, f(1).incl_ticks, f(1).excl_ticks, f(1).max_ticks), (7, 80, 70, 80));
         assert_eq!((f(2).calls, f(2).incl_ticks, f(0).incl_ticks), (4, 20, 100));
@@ -410,7 +401,7 @@ mod tests {
         t.tree[1].parent = Some(5);
         t.tree[2].parent = Some(u32::MAX);
         t.derive();
-        assert_eq!(t.functions.iter().map(|f| f.calls).sum::<u64>(), 12);
+        assert_eq!(t.functions.iter().map(|f| f.figures.calls).sum::<u64>(), 12);
     }
 
     #[test]
@@ -423,11 +414,23 @@ mod tests {
         w.events.clear();
         for t in &mut w.threads {
             for f in &mut t.functions {
-                f.counters_incl.clear();
+                f.figures.counters_incl.clear();
             }
         }
         let text = serde_json::to_string(&w).unwrap();
         assert!(!text.contains("counters_incl"));
         assert_eq!(serde_json::from_str::<Report>(&text.replace(",\"events\":[]", "")).unwrap(), w);
+    }
+
+    /// A format-3 report as the tool wrote it reads back and writes out
+    /// byte for byte: figures above 2^53 and the tick rate stay exact.
+    #[test]
+    fn a_written_report_reads_and_writes_back_unchanged() {
+        let text = include_str!("../testdata/report-format-3.json");
+        let r: Report = serde_json::from_str(text).unwrap();
+        assert_eq!(r.threads[0].tree[0].figures.incl_ticks, u64::MAX);
+        assert_eq!(r.threads[0].functions[0].figures.counters_excl, [1, (1 << 53) + 1]);
+        assert_eq!(r.ticks_per_second, 2_893_437_123.456_789);
+        assert_eq!(String::from_utf8(serde_json::to_vec_pretty(&r).unwrap()).unwrap(), text);
     }
 }

@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use crate::layout::{self, Geometry, Shape, entry, hdr, node, proc, record, slot};
-use crate::report::{NodeReport, ProcessReport, ThreadReport};
+use crate::report::{Figures, NodeReport, ProcessReport, ThreadReport};
 
 /// Why a segment cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +175,11 @@ impl<'a> Segment<'a> {
         self.at(i as u64)
     }
 
+    /// Slots ever claimed ([`hdr::SLOTS_USED`]): the slots worth reading.
+    pub fn slots_used(&self) -> u64 {
+        self.header(hdr::SLOTS_USED).min(self.g.shape.slots)
+    }
+
     /// Threads of process record `record` inside the runtime's cold paths
     /// ([`proc::COLD`]) or in a hook's call out of the runtime
     /// ([`slot::OUTSIDE`] of its live slots); 0 for a record past the end.
@@ -183,7 +188,7 @@ impl<'a> Segment<'a> {
         if u64::from(record) >= g.shape.procs {
             return 0;
         }
-        let outside = (0..g.shape.slots)
+        let outside = (0..self.slots_used())
             .map(|i| g.slot_at(i))
             .filter(|&at| {
                 self.at(at + slot::STATE as u64) == slot::LIVE
@@ -247,15 +252,17 @@ impl<'a> Segment<'a> {
             nodes.push(NodeReport {
                 parent: (parent > 0).then(|| parent as u32 - 1),
                 function: function as u32,
-                calls,
-                exits: calls.saturating_sub(unwound).saturating_sub(open_at[i]),
-                unwound,
-                incl_ticks: w[node::INCL],
-                excl_ticks: w[node::EXCL],
-                min_ticks: if w[node::MIN] == u64::MAX { 0 } else { w[node::MIN] },
-                max_ticks: w[node::MAX],
-                counters_incl: w[node::CINCL..node::CINCL + nev].to_vec(),
-                counters_excl: w[node::CEXCL..node::CEXCL + nev].to_vec(),
+                figures: Figures {
+                    calls,
+                    exits: calls.saturating_sub(unwound).saturating_sub(open_at[i]),
+                    unwound,
+                    incl_ticks: w[node::INCL],
+                    excl_ticks: w[node::EXCL],
+                    min_ticks: if w[node::MIN] == u64::MAX { 0 } else { w[node::MIN] },
+                    max_ticks: w[node::MAX],
+                    counters_incl: w[node::CINCL..node::CINCL + nev].to_vec(),
+                    counters_excl: w[node::CEXCL..node::CEXCL + nev].to_vec(),
+                },
             });
         }
         Ok(nodes)
@@ -302,7 +309,7 @@ impl<'a> Segment<'a> {
             });
         }
         let hw = layout::SLOT_HEADER_WORDS;
-        for i in 0..g.shape.slots {
+        for i in 0..self.slots_used() {
             let at = g.slot_at(i);
             if self.at(at + slot::STATE as u64) == slot::FREE {
                 continue;
@@ -350,7 +357,7 @@ impl<'a> Segment<'a> {
     pub fn open_frames(&self) -> Vec<OpenFrame> {
         let g = self.g;
         let mut out = Vec::new();
-        for i in 0..g.shape.slots {
+        for i in 0..self.slots_used() {
             let at = g.slot_at(i);
             if self.at(at + slot::STATE as u64) != slot::LIVE {
                 continue;
@@ -472,6 +479,7 @@ mod tests {
         for (i, v) in g.shape.header() {
             set(i, v);
         }
+        set(hdr::SLOTS_USED, g.shape.slots);
         w
     }
 
@@ -519,15 +527,28 @@ mod tests {
         assert_eq!(procs.len(), 1);
         assert_eq!((procs[0].pid, procs[0].exited_threads), (42, 7));
         assert_eq!(procs[0].exited.functions[0].id, 2);
-        assert_eq!(procs[0].exited.functions[0].calls, 700);
+        assert_eq!(procs[0].exited.functions[0].figures.calls, 700);
         let th = &procs[0].threads[0];
         assert_eq!((th.tid, th.pid, th.open), (43, 42, 1));
         assert_eq!(th.tree.len(), 3);
         assert_eq!((th.tree[1].parent, th.tree[2].parent), (Some(0), Some(1)));
-        assert_eq!((th.tree[2].exits, th.tree[2].min_ticks), (0, 1), "the open activation is not an exit");
+        assert_eq!(
+            (th.tree[2].figures.exits, th.tree[2].figures.min_ticks),
+            (0, 1),
+            "the open activation is not an exit"
+        );
         let fib = th.functions.iter().find(|f| f.id == 1).unwrap();
         // Three calls, one unwound, one open; inclusive only from the outermost level.
-        assert_eq!((fib.calls, fib.exits, fib.unwound, fib.incl_ticks, fib.excl_ticks), (3, 1, 1, 60, 50));
+        assert_eq!(
+            (
+                fib.figures.calls,
+                fib.figures.exits,
+                fib.figures.unwound,
+                fib.figures.incl_ticks,
+                fib.figures.excl_ticks
+            ),
+            (3, 1, 1, 60, 50)
+        );
         assert_eq!(th.callees.len(), 2);
         assert_eq!((th.callees[0].caller, th.callees[0].callee, th.callees[0].calls), (0, 1, 2));
         assert_eq!((th.callees[1].caller, th.callees[1].callee, th.callees[1].calls), (1, 1, 1));
@@ -537,6 +558,15 @@ mod tests {
         assert_eq!((seg.cold(0), seg.cold(1), seg.cold(2), seg.cold(u32::MAX)), (2, 0, 0, 0));
         let open = seg.open_frames();
         assert_eq!((open.len(), open[0].tid, open[0].depth), (1, 43, 0));
+        // Slots at or above the claimed bound are never read (their pages stay unallocated).
+        set(hdr::SLOTS_USED as u64, 1);
+        assert!(seg.sample().unwrap()[0].threads.is_empty());
+        assert!(seg.open_frames().is_empty());
+        set(p + proc::COLD as u64, 0);
+        set(s + slot::OUTSIDE as u64, 1);
+        assert_eq!(seg.cold(0), 0);
+        set(hdr::SLOTS_USED as u64, 2);
+        assert_eq!(seg.cold(0), 1);
     }
 
     #[test]

@@ -269,9 +269,11 @@ fn open(t: &Thread) {
 }
 
 /// Adds the counts since the thread's previous read to `t.cnow`; `now` is
-/// the TSC the hook just read.
-#[inline(always)]
-pub(crate) fn read(t: &Thread, now: u64) {
+/// the TSC the hook just read. Out of line: inlined, its registers would
+/// make every hook save callee-saved registers and spill, counters or not.
+// extern "C", like the other out-of-line helpers, so hooks call it directly, not through the GOT.
+#[inline(never)]
+pub(crate) extern "C" fn read(t: &Thread, now: u64) {
     let p = t.counters.get() as *mut Reader;
     // SAFETY: the reader belongs to this thread alone (module docs); null
     // until registration opened it.

@@ -118,8 +118,8 @@ pub unsafe extern "C" fn papirus_probe_enter(fid: u32, slot: *mut u64) {
     let nev = read_counters(t, now);
     // SAFETY: `slot` is the live return slot (function contract).
     let ret = unsafe { slot.read() };
-    g.reap_below(slot as u64, ret != exit_stub(), now, nev);
-    if g.push(fid, slot as u64, ret, now, nev) {
+    let d = g.reap_below(slot as u64, ret != exit_stub(), now, nev);
+    if g.push(d, fid, slot as u64, ret, now, nev) {
         // SAFETY: as above.
         unsafe { slot.write(exit_stub()) };
     }
@@ -136,12 +136,21 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
     let Some(g) = t.enter() else { sys::die(b"papirus-probe-runtime: exit stub reached inside a hook\n") };
     let now = now();
     let nev = read_counters(t, now);
-    g.reap_below(rsp_after_ret - 8, false, now, nev);
-    if g.depth() == 0 {
+    let Some(ret) = g.close_at(rsp_after_ret - 8, now, nev) else {
         sys::die(b"papirus-probe-runtime: exit stub reached with an empty shadow stack\n")
-    }
-    g.innermost_at(rsp_after_ret - 8);
-    g.pop(now, nev, false)
+    };
+    ret
+}
+
+/// The unwinder hooks' common start: takes the thread's tables and closes
+/// the activations below `slot` (those the exception already left).
+fn closing_below(slot: *mut u64) -> Option<state::Guard> {
+    let t = state::current()?;
+    let g = t.enter()?;
+    let now = now();
+    let nev = read_counters(t, now);
+    g.reap_below(slot as u64, false, now, nev);
+    Some(g)
 }
 
 /// Unwinder entry hook (`_Unwind_RaiseException`, `_Unwind_Resume`, …): puts
@@ -152,11 +161,7 @@ unsafe extern "C" fn exit_hook(rsp_after_ret: u64) -> u64 {
 /// `slot` must be the return slot of the call into the unwinder.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
-    let Some(t) = state::current() else { return };
-    let Some(g) = t.enter() else { return };
-    let now = now();
-    let nev = read_counters(t, now);
-    g.reap_below(slot as u64, false, now, nev);
+    let Some(g) = closing_below(slot) else { return };
     let stub = exit_stub();
     // Innermost first: activations sharing a slot (tail calls) chain through
     // the stub, and the outermost of them holds the real caller.
@@ -180,11 +185,7 @@ pub unsafe extern "C" fn papirus_probe_unwind_begin(_arg: u32, slot: *mut u64) {
 /// `slot` must be the return slot of the call to `__cxa_begin_catch`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn papirus_probe_catch(_arg: u32, slot: *mut u64) {
-    let Some(t) = state::current() else { return };
-    let Some(g) = t.enter() else { return };
-    let now = now();
-    let nev = read_counters(t, now);
-    g.reap_below(slot as u64, false, now, nev);
+    let Some(g) = closing_below(slot) else { return };
     let stub = exit_stub();
     for i in 0..g.depth() {
         let (s, ret) = g.frame(i);

@@ -454,6 +454,7 @@ fn claim(base: usize, p: u64, tid: u64) -> Option<&'static Thread> {
         // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
         let t = unsafe { &*(w as *const AtomicU64 as *const Thread) };
         if t.state.compare_exchange(slot::FREE, slot::LIVE, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            word_at(base, hdr::SLOTS_USED as u64).fetch_max(i + 1, Ordering::Relaxed);
             t.init(p, tid);
             let rec = layout::HEADER_WORDS + p * FLAT.proc_words.get();
             word_at(base, rec + proc::THREADS as u64).fetch_add(1, Ordering::Relaxed);
@@ -492,6 +493,11 @@ impl Seg {
         unsafe { &*((self.base + i as usize * 8) as *const AtomicU64) }
     }
 
+    /// Slots ever claimed ([`hdr::SLOTS_USED`]).
+    fn slots_used(&self) -> u64 {
+        self.word(hdr::SLOTS_USED as u64).load(Ordering::Relaxed).min(self.g.shape.slots)
+    }
+
     /// The whole segment as a slice (for snapshots of this process).
     pub(crate) fn words(&self) -> &'static [AtomicU64] {
         // SAFETY: the mapping spans `total_words` words and is only unmapped by teardown.
@@ -504,7 +510,7 @@ impl Seg {
         loop {
             let mut kept = 0;
             let mut oldest: Option<(u64, &'static Thread)> = None;
-            for i in 0..self.g.shape.slots {
+            for i in 0..self.slots_used() {
                 let at = self.g.slot_at(i);
                 // SAFETY: slot `i` lies inside the mapping; Thread mirrors its header.
                 let t = unsafe { &*(self.word(at) as *const AtomicU64 as *const Thread) };
@@ -871,13 +877,13 @@ impl Guard {
         (e.slot.get(), e.ret.get())
     }
 
-    /// Records an activation; `false` when its return cannot be tracked (the
-    /// call is then only counted, per thread).
+    /// Records an activation at depth `d` (the thread's depth, as
+    /// [`Guard::reap_below`] returned it); `false` when its return cannot be
+    /// tracked (the call is then only counted, per thread).
     #[inline(always)]
-    pub(crate) fn push(&self, fid: u32, slot: u64, ret: u64, now: u64, nev: usize) -> bool {
+    pub(crate) fn push(&self, d: u64, fid: u32, slot: u64, ret: u64, now: u64, nev: usize) -> bool {
         let t = self.0;
         let fid = u64::from(fid);
-        let d = t.depth.get();
         if d >= DEPTH || fid >= t.nfuncs.get() {
             self.untracked();
             return false;
@@ -936,37 +942,65 @@ impl Guard {
     /// With `same_too`, an activation at `slot` itself is closed as well: a
     /// new call through a slot that holds a real return address (not the exit
     /// stub, as a tail call's would) means the old activation there is gone.
+    /// Returns the depth left (the hooks pass it on rather than load it again).
     #[inline(always)]
-    pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64, nev: usize) {
+    pub(crate) fn reap_below(&self, slot: u64, same_too: bool, now: u64, nev: usize) -> u64 {
         // Nothing to close on almost every call: test the innermost entry here
         // and keep the loop (a second inlined `pop`) out of the hooks' hot paths.
         let d = self.0.depth.get();
         if d == 0 {
-            return;
+            return 0;
         }
         let s = self.0.entry(d - 1).slot.get();
         let stale = s < slot || (same_too && s == slot);
-        if stale && slot - s < REAP_WINDOW {
-            self.reap_slow(slot, same_too, now, nev);
-        }
+        if stale && slot - s < REAP_WINDOW { self.reap_slow(slot, same_too, now, nev) } else { d }
     }
 
     // extern "C", like the other out-of-line helpers, so hooks call it directly, not through the GOT.
     #[cold]
     #[inline(never)]
-    extern "C" fn reap_slow(&self, slot: u64, same_too: bool, now: u64, nev: usize) {
+    extern "C" fn reap_slow(&self, slot: u64, same_too: bool, now: u64, nev: usize) -> u64 {
         loop {
             let d = self.0.depth.get();
             if d == 0 {
-                return;
+                return 0;
             }
             let s = self.0.entry(d - 1).slot.get();
             let stale = s < slot || (same_too && s == slot);
             if !stale || slot - s >= REAP_WINDOW {
-                return;
+                return d;
             }
-            self.pop(now, nev, true);
+            self.pop_at(d - 1, now, nev, true);
         }
+    }
+
+    /// Closes the activation whose return slot is `slot` at `now` and returns
+    /// its real return address (the exit stub's case); `None` when none is
+    /// open. On almost every return it is the innermost; otherwise the stale
+    /// ones below `slot` are closed first and the one at `slot` (or, with
+    /// none there, the innermost) is closed.
+    #[inline(always)]
+    pub(crate) fn close_at(&self, slot: u64, now: u64, nev: usize) -> Option<u64> {
+        let mut d = self.0.depth.get();
+        if d == 0 || self.0.entry(d - 1).slot.get() != slot {
+            d = self.settle_at(slot, now, nev);
+            if d == 0 {
+                return None;
+            }
+        }
+        Some(self.pop_at(d - 1, now, nev, false))
+    }
+
+    /// [`Guard::close_at`]'s uncommon case: returns the depth once the
+    /// activation to close is the innermost.
+    #[cold]
+    #[inline(never)]
+    extern "C" fn settle_at(&self, slot: u64, now: u64, nev: usize) -> u64 {
+        let d = self.reap_below(slot, false, now, nev);
+        if d > 0 {
+            self.innermost_at(slot);
+        }
+        d
     }
 
     /// Makes the activation whose return slot is `slot` the innermost one.
@@ -974,7 +1008,7 @@ impl Guard {
     /// `swapcontext` left is still open on its own stack, and the return
     /// through the stub at `slot` is not its return.
     #[inline(always)]
-    pub(crate) fn innermost_at(&self, slot: u64) {
+    fn innermost_at(&self, slot: u64) {
         let d = self.0.depth.get();
         if d > 0 && self.0.entry(d - 1).slot.get() != slot {
             self.raise_slot(slot);
@@ -997,10 +1031,15 @@ impl Guard {
 
     /// Closes the innermost activation at `now` and returns its real return
     /// address (the caller checked that there is one).
-    #[inline(always)]
     pub(crate) fn pop(&self, now: u64, nev: usize, unwound: bool) -> u64 {
+        self.pop_at(self.0.depth.get() - 1, now, nev, unwound)
+    }
+
+    /// [`Guard::pop`] with the innermost activation's index `d` (depth − 1)
+    /// already loaded.
+    #[inline(always)]
+    fn pop_at(&self, d: u64, now: u64, nev: usize, unwound: bool) -> u64 {
         let t = self.0;
-        let d = t.depth.get() - 1;
         t.depth.set(d);
         let e = t.entry(d);
         let fid = e.fid.get();

@@ -149,14 +149,12 @@ fn ld_so_conf_dirs(conf: &Path, depth: usize) -> Vec<PathBuf> {
                 conf.parent().unwrap_or(Path::new("/")).join(pattern)
             };
             let (Some(dir), Some(file_glob)) = (pattern.parent(), pattern.file_name()) else { continue };
-            let file_glob = file_glob.to_string_lossy();
+            let Ok(file_glob) = super::Globs::new(&[file_glob.to_string_lossy()]) else { continue };
             let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
                 .map(|rd| {
                     rd.flatten()
                         .map(|e| e.path())
-                        .filter(|p| {
-                            p.file_name().is_some_and(|n| super::glob_match(&file_glob, &n.to_string_lossy()))
-                        })
+                        .filter(|p| p.file_name().is_some_and(|n| file_glob.is_match(&n.to_string_lossy())))
                         .collect()
                 })
                 .unwrap_or_default();

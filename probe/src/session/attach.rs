@@ -74,6 +74,8 @@ pub struct AttachSummary {
     pub trace: Option<TraceSummary>,
     /// Why the runtime library stays loaded in the target (`None`: unloaded).
     pub runtime_stays: Option<String>,
+    /// The report written to the output (so the caller need not read it back).
+    pub report: Report,
 }
 
 /// A request to end an attach before its duration ends: [`Stop::stop`] from
@@ -284,6 +286,7 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
                 kept: Kept::default(),
                 trace,
                 runtime_stays: None,
+                report,
             });
         }
     };
@@ -352,6 +355,7 @@ fn attach_image(opts: &AttachOptions, stop: &Stop, seen: Option<Image>) -> Resul
         kept,
         trace,
         runtime_stays,
+        report,
     })
 }
 

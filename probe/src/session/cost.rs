@@ -516,20 +516,6 @@ pub struct DriverRun {
     pub checksum: String,
 }
 
-impl DriverRun {
-    /// The median sample.
-    pub fn median(&self) -> f64 {
-        median(&self.ns)
-    }
-}
-
-/// The median of `v` (NaN when empty).
-pub fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-}
-
 impl Driver {
     /// Builds the driver with `gcc -O2`.
     pub fn build() -> Result<Driver, CostError> {

@@ -318,7 +318,8 @@ fn trace_options(
             req.ring
         )));
     }
-    let functions = trace_first(names, specs, &req.functions);
+    let globs = crate::inventory::Globs::new(&req.functions).map_err(crate::Error::from)?;
+    let functions = trace_first(names, specs, &globs);
     if functions == 0 {
         return Err(ProbeError::NothingSelected {
             modules: "the instrumented functions".into(),

@@ -161,7 +161,7 @@ fn rows(
     edges: &BTreeMap<(u32, u32), (u64, u64)>,
     view: &View,
 ) -> Vec<Row> {
-    let calls: BTreeMap<u32, u64> = fs.iter().map(|f| (f.id, f.calls)).collect();
+    let calls: BTreeMap<u32, u64> = fs.iter().map(|f| (f.id, f.figures.calls)).collect();
     let inner = match &view.cost {
         Some(c) if c.subtract => callee_calls(edges, &calls),
         _ => BTreeMap::new(),
@@ -170,23 +170,23 @@ fn rows(
     fs.iter()
         .map(|f| {
             let (direct, all) = inner.get(&f.id).copied().unwrap_or_default();
-            let incl_ns = (r.ns(f.incl_ticks) - cost * all).max(0.0);
-            let excl_raw = (r.ns(f.excl_ticks) - cost * direct).max(0.0);
+            let incl_ns = (r.ns(f.figures.incl_ticks) - cost * all).max(0.0);
+            let excl_raw = (r.ns(f.figures.excl_ticks) - cost * direct).max(0.0);
             let counters = (0..r.events.len())
                 .map(|i| {
-                    let incl = f.counters_incl.get(i).copied().unwrap_or(0);
-                    let excl = f.counters_excl.get(i).copied().unwrap_or(0);
+                    let incl = f.figures.counters_incl.get(i).copied().unwrap_or(0);
+                    let excl = f.figures.counters_excl.get(i).copied().unwrap_or(0);
                     (incl, excl.min(incl), excl > incl)
                 })
                 .collect();
             Row {
                 name: escape(r.functions.get(f.id as usize).map_or("?", String::as_str)),
-                calls: f.calls,
-                unwound: f.unwound,
+                calls: f.figures.calls,
+                unwound: f.figures.unwound,
                 incl_ns,
                 excl_ns: excl_raw.min(incl_ns),
-                min_ns: r.ns(f.min_ticks),
-                max_ns: r.ns(f.max_ticks),
+                min_ns: r.ns(f.figures.min_ticks),
+                max_ns: r.ns(f.figures.max_ticks),
                 clamped: excl_raw > incl_ns,
                 counters,
             }
@@ -375,7 +375,7 @@ pub fn format_report(r: &Report, view: &View) -> String {
     for t in r.threads.iter().filter(|t| view.thread.is_none_or(|n| n == t.tid)) {
         for f in &t.functions {
             let v = callee_incl.entry(f.id).or_default();
-            *v = v.saturating_add(f.incl_ticks);
+            *v = v.saturating_add(f.figures.incl_ticks);
         }
     }
     let mut list: Vec<_> = edges.into_iter().collect();
@@ -433,21 +433,23 @@ pub fn format_tree(r: &Report, view: &View, tree: &TreeView) -> String {
                 None => roots.push(i),
             }
         }
-        let key = |i: &usize| std::cmp::Reverse(if timed { t.tree[*i].incl_ticks } else { t.tree[*i].calls });
+        let key = |i: &usize| {
+            std::cmp::Reverse(if timed { t.tree[*i].figures.incl_ticks } else { t.tree[*i].figures.calls })
+        };
         roots.sort_by_key(key);
         for c in &mut children {
             c.sort_by_key(key);
         }
-        let total: u64 = roots.iter().map(|&i| t.tree[i].incl_ticks).fold(0, u64::saturating_add);
+        let total: u64 = roots.iter().map(|&i| t.tree[i].figures.incl_ticks).fold(0, u64::saturating_add);
         let cut = (tree.threshold * total as f64) as u64;
         let _ = writeln!(out, "  {:>14} {:>14} {:>10}  function", "incl us", "excl us", "calls");
         let (mut hidden, mut hidden_ticks, mut deeper) = (0u64, 0u64, 0u64);
         let mut todo: Vec<(usize, usize)> = roots.iter().rev().map(|&i| (i, 0)).collect();
         while let Some((i, level)) = todo.pop() {
             let n = &t.tree[i];
-            if timed && n.incl_ticks < cut {
+            if timed && n.figures.incl_ticks < cut {
                 hidden += 1;
-                hidden_ticks = hidden_ticks.saturating_add(n.incl_ticks);
+                hidden_ticks = hidden_ticks.saturating_add(n.figures.incl_ticks);
                 continue;
             }
             if tree.depth.is_some_and(|d| level >= d) {
@@ -460,9 +462,9 @@ pub fn format_tree(r: &Report, view: &View, tree: &TreeView) -> String {
             let _ = writeln!(
                 out,
                 "  {:>14} {:>14} {:>10}  {}{name}",
-                time(n.incl_ticks),
-                time(n.excl_ticks),
-                n.calls,
+                time(n.figures.incl_ticks),
+                time(n.figures.excl_ticks),
+                n.figures.calls,
                 "  ".repeat(level)
             );
             todo.extend(children[i].iter().rev().map(|&c| (c, level + 1)));
@@ -491,9 +493,9 @@ pub fn format_summary(r: &Report, view: &View) -> String {
     let mut out = String::new();
     header(&mut out, r, view);
     let all = totals(r);
-    let calls = all.iter().fold(0u64, |a, f| a.saturating_add(f.calls));
+    let calls = all.iter().fold(0u64, |a, f| a.saturating_add(f.figures.calls));
     let open = r.threads.iter().fold(0u64, |a, t| a.saturating_add(t.open));
-    let called = all.iter().filter(|f| f.calls > 0).count();
+    let called = all.iter().filter(|f| f.figures.calls > 0).count();
     let _ = writeln!(
         out,
         "  totals: {calls} calls of {called} distinct functions; threads: {}; activations open at the end: {open}",
@@ -565,7 +567,7 @@ pub(super) fn write_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use papirus_probe_abi::{EdgeReport, FORMAT_VERSION, ThreadReport};
+    use papirus_probe_abi::{EdgeReport, FORMAT_VERSION, Figures, ThreadReport};
 
     fn report(names: &[&str], threads: Vec<ThreadReport>) -> Report {
         Report {
@@ -587,7 +589,9 @@ mod tests {
     }
 
     fn f(id: u32, calls: u64, incl: u64, excl: u64) -> FunctionReport {
-        FunctionReport { id, calls, exits: calls, incl_ticks: incl, excl_ticks: excl, ..Default::default() }
+        let figures =
+            Figures { calls, exits: calls, incl_ticks: incl, excl_ticks: excl, ..Default::default() };
+        FunctionReport { id, figures }
     }
 
     #[test]
@@ -610,7 +614,7 @@ mod tests {
     #[test]
     fn small_times_names_and_clamping() {
         let mut tiny = f(0, 3, 30, 30);
-        tiny.min_ticks = 7;
+        tiny.figures.min_ticks = 7;
         let r = report(
             &["tiny\x1b[31mred", &format!("ns::{}", "long_name".repeat(10)), "open"],
             vec![thread(1, vec![tiny, f(1, 1, 10, 10), f(2, 1, 5, 9)], vec![])],

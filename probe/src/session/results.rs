@@ -96,6 +96,8 @@ const RATE_WINDOW: std::time::Duration = std::time::Duration::from_millis(20);
 /// The tool's read-only mapping of a target's results segment.
 #[derive(Debug)]
 pub(super) struct Results {
+    /// The target whose segment this is (for errors).
+    pid: i32,
     addr: usize,
     words: usize,
     started: (Instant, SystemTime, u64),
@@ -209,6 +211,7 @@ impl Results {
             return Err(sys_err("mmap the results segment of", pid));
         }
         let r = Results {
+            pid,
             addr: addr as usize,
             words: (len / 8) as usize,
             started: (Instant::now(), SystemTime::now(), 0),
@@ -224,7 +227,8 @@ impl Results {
 
     /// A checked view.
     pub(super) fn segment(&self) -> Result<Segment<'_>, ProbeError> {
-        Segment::new(self.words()).map_err(|e| ProbeError::BadSegment { pid: 0, reason: e.to_string() })
+        Segment::new(self.words())
+            .map_err(|e| ProbeError::BadSegment { pid: self.pid, reason: e.to_string() })
     }
 
     /// The report of everything measured so far. `ended` says how each

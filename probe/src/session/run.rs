@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 
 use super::results::{Results, other_process_state, write};
 use super::trace::{TraceSummary, Tracing};
-use super::{Chosen, Instrumentation, ProbeError, TargetHooks, patch_stopped, select, start_session};
+use super::{Chosen, Instrumentation, ProbeError, Report, TargetHooks, patch_stopped, select, start_session};
 use crate::inventory::Inventory;
 use crate::patch::Refused;
 use crate::process::{Exit, Process, Spawn};
@@ -55,6 +55,8 @@ pub struct RunSummary {
     pub report_time: std::time::Duration,
     /// The trace, when asked for.
     pub trace: Option<TraceSummary>,
+    /// The report written to the output (so the caller need not read it back).
+    pub report: Report,
 }
 
 /// Runs the program instrumented, waits for it to end and writes the report.
@@ -118,6 +120,7 @@ pub fn run(opts: &RunOptions) -> Result<RunSummary, ProbeError> {
         output: opts.instrumentation.output.clone(),
         report_time,
         trace,
+        report,
     })
 }
 

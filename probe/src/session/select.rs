@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use super::{ProbeError, TargetHooks};
 use papirus_substrate::elf::SymbolKind;
 
-use crate::inventory::{Function, Inventory, Module, Patchability, Reason, glob_match, ifunc, patchable};
+use crate::inventory::{Function, Globs, Inventory, Module, Patchability, Reason, ifunc, patchable};
 use crate::patch::{CATCH_BEGIN, FunctionSpec, Refusal, Refused, UNWIND_BEGIN};
 
 /// Names that are never entry points reached by a call.
@@ -33,11 +33,22 @@ impl Selection {
         }
         self.modules.iter().any(|p| if p == MAIN_MODULE { m.is_main } else { m.matches(p) })
     }
+}
 
-    fn wants_function(&self, f: &Function) -> bool {
-        let hit =
-            |g: &String| glob_match(g, &f.name) || f.demangled.as_deref().is_some_and(|d| glob_match(g, d));
-        (self.functions.is_empty() || self.functions.iter().any(hit)) && !self.exclude.iter().any(hit)
+/// A [`Selection`]'s function globs, compiled.
+struct FunctionGlobs {
+    functions: Globs,
+    exclude: Globs,
+}
+
+impl FunctionGlobs {
+    fn new(sel: &Selection) -> Result<FunctionGlobs, crate::Error> {
+        Ok(FunctionGlobs { functions: Globs::new(&sel.functions)?, exclude: Globs::new(&sel.exclude)? })
+    }
+
+    fn wants(&self, f: &Function) -> bool {
+        let hit = |g: &Globs| g.is_match_either(&f.name, f.demangled.as_deref());
+        (self.functions.is_empty() || hit(&self.functions)) && !hit(&self.exclude)
     }
 }
 
@@ -78,6 +89,7 @@ pub(super) fn select(
     if let Some(p) = sel.modules.iter().find(|p| *p != MAIN_MODULE && !modules.iter().any(|m| m.matches(p))) {
         return Err(ProbeError::NoModule { pattern: p.clone(), modules: module_names(inv) });
     }
+    let globs = FunctionGlobs::new(sel)?;
     let mut names = Vec::new();
     let mut specs = Vec::new();
     let mut refused = Vec::new();
@@ -100,8 +112,7 @@ pub(super) fn select(
                 && !is_internal_hook(&f.name)
                 && entry.is_none_or(|e| !(f.address..f.address + f.size).contains(&e));
             let ifunc = f.kind == SymbolKind::Ifunc;
-            if !called || f.size == 0 || !(ifunc || f.kind == SymbolKind::Function) || !sel.wants_function(f)
-            {
+            if !called || f.size == 0 || !(ifunc || f.kind == SymbolKind::Function) || !globs.wants(f) {
                 continue;
             }
             // A compat version (`memcpy@GLIBC_2.2.5`) beside the default one is not what callers bind to.
@@ -178,8 +189,8 @@ pub(super) fn select(
 /// keeping their order, and renumbers the specs to match; returns how many
 /// match (the runtime traces ids below that). The unwinder hooks keep their
 /// argument.
-pub(super) fn trace_first(names: &mut Vec<String>, specs: &mut [FunctionSpec], globs: &[String]) -> u64 {
-    let traced = |n: &str| globs.is_empty() || globs.iter().any(|g| glob_match(g, n));
+pub(super) fn trace_first(names: &mut Vec<String>, specs: &mut [FunctionSpec], globs: &Globs) -> u64 {
+    let traced = |n: &str| globs.is_empty() || globs.is_match(n);
     let mut order: Vec<usize> = (0..names.len()).collect();
     order.sort_by_key(|&i| !traced(&names[i]));
     let mut new_id = vec![0u32; names.len()];

@@ -214,7 +214,8 @@ impl TraceWriter {
         (self.calls, self.lost, self.bytes)
     }
 
-    /// Writes the footer, then puts the file in place atomically.
+    /// Writes the footer, then puts the file in place atomically (renamed
+    /// over the destination, not `fsync`ed: see `papirus_formats::output`).
     pub fn finish(mut self, mut footer: TraceFooter) -> Result<(u64, u64, u64), ProbeError> {
         footer.calls = self.calls;
         footer.lost = self.lost;
@@ -223,7 +224,6 @@ impl TraceWriter {
         let counts = self.counts();
         let path = self.path.clone();
         let tmp = self.out.into_inner().map_err(|e| io_err(&path, e.into_error()))?;
-        tmp.as_file().sync_all().map_err(|e| io_err(&path, e))?;
         tmp.persist(&path).map_err(|e| io_err(&path, e.error))?;
         Ok(counts)
     }
@@ -266,7 +266,7 @@ impl Drainer {
     pub fn drain(&mut self, seg: &Segment<'_>, w: &mut TraceWriter) -> Result<u64, ProbeError> {
         let mut copied = 0;
         let rw = self.words as usize;
-        for i in 0..self.slots.len() {
+        for i in 0..(seg.slots_used() as usize).min(self.slots.len()) {
             self.buf.clear();
             let d = seg.drain(i as u64, self.slots[i].next, &mut self.buf);
             self.slots[i].next = d.next;

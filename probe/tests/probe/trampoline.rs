@@ -271,7 +271,14 @@ fn delta<R>(names: &[&str], body: impl FnOnce() -> R) -> (R, HashMap<String, [u6
             let id = fx.ids[*n];
             let b = before.get(&id).cloned().unwrap_or_default();
             let a = after.get(&id).cloned().unwrap_or_default();
-            (n.to_string(), [a.calls - b.calls, a.exits - b.exits, a.unwound - b.unwound])
+            (
+                n.to_string(),
+                [
+                    a.figures.calls - b.figures.calls,
+                    a.figures.exits - b.figures.exits,
+                    a.figures.unwound - b.figures.unwound,
+                ],
+            )
         })
         .collect();
     (r, d)
@@ -365,16 +372,19 @@ fn calls_are_exact_and_values_intact() {
 
     let me = mine();
     let (f, g) = (&me[&fx.ids["f"]], &me[&fx.ids["g"]]);
-    assert!(f.incl_ticks >= f.excl_ticks && f.incl_ticks > 0);
-    assert!(g.min_ticks <= g.max_ticks && g.max_ticks > 0);
+    assert!(f.figures.incl_ticks >= f.figures.excl_ticks && f.figures.incl_ticks > 0);
+    assert!(g.figures.min_ticks <= g.figures.max_ticks && g.figures.max_ticks > 0);
     let edges = my_edges();
     let (calls, incl) = edges[&(fx.ids["f"], fx.ids["g"])];
     assert_eq!(calls % 1000, 0);
-    assert!(f.incl_ticks >= incl, "f's inclusive time covers its callees'");
+    assert!(f.figures.incl_ticks >= incl, "f's inclusive time covers its callees'");
     assert!(edges.contains_key(&(fx.ids["tail_caller"], fx.ids["tail_callee"])));
     assert!(edges.contains_key(&(fx.ids["fib"], fx.ids["fib"])));
     let fib = &me[&fx.ids["fib"]];
-    assert!(fib.incl_ticks >= fib.max_ticks, "recursion counts the outermost activation once");
+    assert!(
+        fib.figures.incl_ticks >= fib.figures.max_ticks,
+        "recursion counts the outermost activation once"
+    );
 }
 
 #[test]
@@ -400,8 +410,8 @@ fn threads_keep_their_own_tables() {
     for tid in tids {
         let t = report.threads.iter().find(|t| i64::from(t.tid) == tid).expect("exited thread kept");
         let get = |n: &str| t.functions.iter().find(|f| f.id == fx.ids[n]).cloned().unwrap_or_default();
-        assert_eq!((get("f").calls, get("f").exits), (1, 1));
-        assert_eq!((get("g").calls, get("g").exits), (1000, 1000));
+        assert_eq!((get("f").figures.calls, get("f").figures.exits), (1, 1));
+        assert_eq!((get("g").figures.calls, get("g").figures.exits), (1000, 1000));
         assert_eq!(t.open, 0);
     }
 }

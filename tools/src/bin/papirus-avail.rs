@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use papirus_lowlevel::avail::{FORMAT_VERSION, PresetStatus, native_statuses};
+use papirus_lowlevel::avail::{FORMAT_VERSION, PresetStatus, check_one, native_statuses};
 use papirus_lowlevel::preset::{Term, preset_by_name};
 use papirus_lowlevel::{Library, init};
 use papirus_tools::{out, outln};
@@ -113,15 +113,13 @@ fn offered() -> Vec<(String, Vec<String>)> {
     let Ok(all) = native_statuses(false) else { return vec![] };
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
     let mut tracepoints = 0usize;
-    for s in all {
+    for mut s in all {
         if s.event.pmu == "tracepoint" {
             tracepoints += 1;
             continue;
         }
-        let opens = papirus_lowlevel::native::resolve(&s.event.name)
-            .and_then(|r| papirus_lowlevel::native::check(&r.parsed.attr))
-            .is_ok();
-        if !opens {
+        check_one(&mut s);
+        if s.counts != Some(true) {
             continue;
         }
         match out.iter_mut().find(|(p, _)| *p == s.event.pmu) {

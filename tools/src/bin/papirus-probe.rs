@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 
 #[path = "papirus-probe/instrument.rs"]
 mod instrument;
-use papirus_probe::inventory::{Function, Inventory, Module, Patchability, Plt, glob_match};
+use papirus_probe::inventory::{Function, Globs, Inventory, Module, Patchability, Plt};
 use papirus_probe::session::MAIN_MODULE;
 use serde::Serialize;
 
@@ -136,7 +136,8 @@ struct ListArgs {
     /// (`main`: the main program).
     #[arg(long, short, value_name = "M")]
     module: Option<String>,
-    /// Only functions whose name (stored or demangled) matches this glob (`*`, `?`).
+    /// Only functions whose name (stored or demangled) matches this glob
+    /// (`*` any run, `?` any one byte, nothing else special).
     #[arg(long, short, value_name = "GLOB")]
     functions: Option<String>,
     /// Add a column saying whether each entry can take a 5-byte jump, or why not.
@@ -303,10 +304,10 @@ fn list(args: &ListArgs) -> Result<(), Failure> {
         )
         .into());
     }
+    let globs =
+        args.functions.as_ref().map(|g| Globs::new(&[g])).transpose().map_err(papirus_probe::Error::from)?;
     let wanted = |name: &str, demangled: Option<&str>| {
-        args.functions
-            .as_deref()
-            .is_none_or(|g| glob_match(g, name) || demangled.is_some_and(|d| glob_match(g, d)))
+        globs.as_ref().is_none_or(|g| g.is_match_either(name, demangled))
     };
     for missing in &inventory.unresolved {
         output::note(&format!(

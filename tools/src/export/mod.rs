@@ -25,7 +25,7 @@ use papirus_formats::{chrome, flamegraph, folded, otf2, tau};
 
 use papirus_probe::session::trace::{Call, OPEN, Trace};
 use papirus_probe_abi::layout::record;
-use papirus_probe_abi::{NodeReport, Report, ThreadReport, Window};
+use papirus_probe_abi::{Figures, NodeReport, Report, ThreadReport, Window};
 
 /// An output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -296,13 +296,15 @@ pub fn report_of_trace(t: &Trace) -> Report {
                     tree.push(NodeReport {
                         parent,
                         function: c.function,
-                        counters_incl: vec![0; nev],
-                        counters_excl: vec![0; nev],
-                        ..Default::default()
+                        figures: Figures {
+                            counters_incl: vec![0; nev],
+                            counters_excl: vec![0; nev],
+                            ..Default::default()
+                        },
                     });
                     tree.len() as u32 - 1
                 });
-                tree[n as usize].calls += 1;
+                tree[n as usize].figures.calls += 1;
                 path.push((n, 0, vec![0; nev]));
                 continue;
             }
@@ -312,7 +314,7 @@ pub fn report_of_trace(t: &Trace) -> Report {
                 continue;
             }
             let dur = c.end.saturating_sub(c.start);
-            let node = &mut tree[n as usize];
+            let node = &mut tree[n as usize].figures;
             if c.kind == record::UNWOUND {
                 node.unwound += 1;
             } else {
@@ -389,24 +391,26 @@ pub fn report_of_regions(r: &papirus_highlevel::Report) -> Report {
                 NodeReport {
                     parent: g.parent.and_then(|id| pos.get(&id).copied()),
                     function: f,
-                    calls: g.calls + u64::from(g.open),
-                    exits: g.calls,
-                    unwound: 0,
-                    incl_ticks: value(g, "real_time_ns"),
-                    excl_ticks: value(g, "real_time_ns"),
-                    min_ticks: real.map_or(0, |s| s.min.max(0) as u64),
-                    max_ticks: real.map_or(0, |s| s.max.max(0) as u64),
-                    counters_excl: counters.clone(),
-                    counters_incl: counters,
+                    figures: Figures {
+                        calls: g.calls + u64::from(g.open),
+                        exits: g.calls,
+                        unwound: 0,
+                        incl_ticks: value(g, "real_time_ns"),
+                        excl_ticks: value(g, "real_time_ns"),
+                        min_ticks: real.map_or(0, |s| s.min.max(0) as u64),
+                        max_ticks: real.map_or(0, |s| s.max.max(0) as u64),
+                        counters_excl: counters.clone(),
+                        counters_incl: counters,
+                    },
                 }
             })
             .collect();
         for i in 0..tree.len() {
             if let Some(pi) = tree[i].parent.map(|p| p as usize).filter(|&p| p < i) {
-                let (incl, counters) = (tree[i].incl_ticks, tree[i].counters_incl.clone());
+                let (incl, counters) = (tree[i].figures.incl_ticks, tree[i].figures.counters_incl.clone());
                 let parent = &mut tree[pi];
-                parent.excl_ticks = parent.excl_ticks.saturating_sub(incl);
-                for (a, b) in parent.counters_excl.iter_mut().zip(counters) {
+                parent.figures.excl_ticks = parent.figures.excl_ticks.saturating_sub(incl);
+                for (a, b) in parent.figures.counters_excl.iter_mut().zip(counters) {
                     *a = a.saturating_sub(b);
                 }
             }
@@ -443,10 +447,13 @@ pub fn stacks(r: &Report, threshold: f64) -> Vec<(Vec<String>, u64)> {
     let timed = r.ticks_per_second > 0.0;
     let mut out = Vec::new();
     for t in &r.threads {
-        let weight = |n: &NodeReport| if timed { ns(r, n.excl_ticks) } else { n.calls };
+        let weight = |n: &NodeReport| if timed { ns(r, n.figures.excl_ticks) } else { n.figures.calls };
         // Inclusive figure per node: time, or calls in its subtree for an untimed probe.
-        let mut incl: Vec<u64> =
-            t.tree.iter().map(|n| if timed { ns(r, n.incl_ticks) } else { n.calls }).collect();
+        let mut incl: Vec<u64> = t
+            .tree
+            .iter()
+            .map(|n| if timed { ns(r, n.figures.incl_ticks) } else { n.figures.calls })
+            .collect();
         if !timed {
             for j in (0..t.tree.len()).rev() {
                 if let Some(p) = t.tree[j].parent.map(|p| p as usize).filter(|&p| p < j) {
@@ -613,10 +620,10 @@ pub fn chrome_of_regions(out: impl Write, r: &Report) -> Result<(), Error> {
                 None => &mut next_root,
             };
             let at = *start;
-            *start += n.incl_ticks;
+            *start += n.figures.incl_ticks;
             next_child[i] = at;
             let name = r.functions.get(n.function as usize).cloned().unwrap_or_default();
-            w.complete(r.pid, t.tid, &name, "region,total", at, n.incl_ticks)?;
+            w.complete(r.pid, t.tid, &name, "region,total", at, n.figures.incl_ticks)?;
         }
     }
     w.finish(&serde_json::json!({ "papirus": { "source": "regions", "layout": "totals" } }))?;
@@ -649,7 +656,7 @@ pub fn tau_of(r: &Report) -> (Vec<String>, Vec<tau::Thread>) {
         let mut subrs = vec![0u64; t.tree.len()];
         for (i, n) in t.tree.iter().enumerate() {
             if let Some(p) = n.parent.map(|p| p as usize).filter(|&p| p < i) {
-                subrs[p] += n.calls;
+                subrs[p] += n.figures.calls;
             }
         }
         let name = |f: u32| r.functions.get(f as usize).cloned().unwrap_or_else(|| format!("function {f}"));
@@ -667,10 +674,10 @@ pub fn tau_of(r: &Report) -> (Vec<String>, Vec<tau::Thread>) {
                 path.reverse();
                 tau::Entry {
                     path,
-                    calls: n.calls,
+                    calls: n.figures.calls,
                     subrs: subrs[i],
-                    excl: values(n.excl_ticks, &n.counters_excl),
-                    incl: values(n.incl_ticks, &n.counters_incl),
+                    excl: values(n.figures.excl_ticks, &n.figures.counters_excl),
+                    incl: values(n.figures.incl_ticks, &n.figures.counters_incl),
                 }
             })
             .collect();
@@ -683,10 +690,10 @@ pub fn tau_of(r: &Report) -> (Vec<String>, Vec<tau::Thread>) {
             .iter()
             .map(|f| tau::Entry {
                 path: vec![name(f.id)],
-                calls: f.calls,
+                calls: f.figures.calls,
                 subrs: flat_subrs.get(&f.id).copied().unwrap_or(0),
-                excl: values(f.excl_ticks, &f.counters_excl),
-                incl: values(f.incl_ticks, &f.counters_incl),
+                excl: values(f.figures.excl_ticks, &f.figures.counters_excl),
+                incl: values(f.figures.incl_ticks, &f.figures.counters_incl),
             })
             .collect();
         let mut metadata = vec![("papirus thread".to_string(), thread_label(r, t))];

@@ -40,13 +40,24 @@ fn check_consistent(r: &Report, t: &ThreadReport) {
     let kids = children(t);
     for (i, n) in t.tree.iter().enumerate() {
         let name = &r.functions[n.function as usize];
-        let sum: u64 = kids[i].iter().map(|&c| t.tree[c].incl_ticks).sum();
-        assert!(n.incl_ticks >= sum, "{name}: inclusive {} < its children's {sum}", n.incl_ticks);
-        assert_eq!(n.excl_ticks, n.incl_ticks - sum, "{name}: exclusive = inclusive - children");
-        assert!(n.exits + n.unwound <= n.calls, "{name}");
-        let closed = n.exits + n.unwound;
+        let sum: u64 = kids[i].iter().map(|&c| t.tree[c].figures.incl_ticks).sum();
+        assert!(
+            n.figures.incl_ticks >= sum,
+            "{name}: inclusive {} < its children's {sum}",
+            n.figures.incl_ticks
+        );
+        assert_eq!(
+            n.figures.excl_ticks,
+            n.figures.incl_ticks - sum,
+            "{name}: exclusive = inclusive - children"
+        );
+        assert!(n.figures.exits + n.figures.unwound <= n.figures.calls, "{name}");
+        let closed = n.figures.exits + n.figures.unwound;
         if closed > 0 {
-            assert!(n.min_ticks <= n.max_ticks && n.max_ticks <= n.incl_ticks, "{name}");
+            assert!(
+                n.figures.min_ticks <= n.figures.max_ticks && n.figures.max_ticks <= n.figures.incl_ticks,
+                "{name}"
+            );
         }
         // No two siblings share a function: one node per path.
         let mut seen = std::collections::BTreeSet::new();
@@ -63,18 +74,18 @@ fn check_consistent(r: &Report, t: &ThreadReport) {
             at = t.tree[p as usize].parent;
         }
         let f = flat.entry(n.function).or_default();
-        f.0 += n.calls;
-        f.1 += n.exits;
-        f.2 += n.unwound;
-        f.3 += if outermost { n.incl_ticks } else { 0 };
-        f.4 += n.excl_ticks;
+        f.0 += n.figures.calls;
+        f.1 += n.figures.exits;
+        f.2 += n.figures.unwound;
+        f.3 += if outermost { n.figures.incl_ticks } else { 0 };
+        f.4 += n.figures.excl_ticks;
         let _ = i;
     }
     assert_eq!(t.functions.len(), flat.len());
     for f in &t.functions {
         let want = flat[&f.id];
         assert_eq!(
-            (f.calls, f.exits, f.unwound, f.incl_ticks, f.excl_ticks),
+            (f.figures.calls, f.figures.exits, f.figures.unwound, f.figures.incl_ticks, f.figures.excl_ticks),
             want,
             "{}",
             r.functions[f.id as usize]
@@ -87,7 +98,7 @@ fn check_consistent(r: &Report, t: &ThreadReport) {
             .filter(|n| {
                 n.function == e.callee && n.parent.is_some_and(|p| t.tree[p as usize].function == e.caller)
             })
-            .fold((0, 0), |(c, i), n| (c + n.calls, i + n.incl_ticks));
+            .fold((0, 0), |(c, i), n| (c + n.figures.calls, i + n.figures.incl_ticks));
         assert_eq!((e.calls, e.incl_ticks), (calls, incl), "pair {} -> {}", e.caller, e.callee);
     }
 }
@@ -123,22 +134,22 @@ fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
     let fib = demo.id("fib").unwrap();
     let levels: Vec<&NodeReport> = main.tree.iter().filter(|n| n.function == fib).collect();
     assert_eq!(levels.len(), 20);
-    assert_eq!(levels.iter().map(|n| n.calls).sum::<u64>(), 21891);
-    assert_eq!(node(&demo, main, &["main", "fib"]).calls, 1);
-    assert_eq!(node(&demo, main, &["main", "fib", "fib"]).calls, 2);
+    assert_eq!(levels.iter().map(|n| n.figures.calls).sum::<u64>(), 21891);
+    assert_eq!(node(&demo, main, &["main", "fib"]).figures.calls, 1);
+    assert_eq!(node(&demo, main, &["main", "fib", "fib"]).figures.calls, 2);
     // The longjmp closes lj3, lj2, lj1 as unwound; main then calls three again, as main.
     for path in [&["main", "lj1"][..], &["main", "lj1", "lj2"], &["main", "lj1", "lj2", "lj3"]] {
         let n = node(&demo, main, path);
-        assert_eq!((n.calls, n.exits, n.unwound), (1, 0, 1), "{path:?}");
+        assert_eq!((n.figures.calls, n.figures.exits, n.figures.unwound), (1, 0, 1), "{path:?}");
     }
-    assert_eq!(node(&demo, main, &["main", "three"]).calls, 4);
-    assert_eq!(node(&demo, main, &["main", "tail_caller", "tail_callee"]).calls, 1);
-    assert_eq!(node(&demo, main, &["main", "f", "g"]).calls, 1000);
+    assert_eq!(node(&demo, main, &["main", "three"]).figures.calls, 4);
+    assert_eq!(node(&demo, main, &["main", "tail_caller", "tail_callee"]).figures.calls, 1);
+    assert_eq!(node(&demo, main, &["main", "f", "g"]).figures.calls, 1000);
     // Four threads, each its own tree: worker → f → g.
     for w in demo.threads.iter().filter(|t| t.tid != demo.pid) {
         assert_eq!(w.tree.len(), 3, "thread {}", w.tid);
         let g = node(&demo, w, &["worker", "f", "g"]);
-        assert_eq!((g.calls, g.exits), (1000, 1000));
+        assert_eq!((g.figures.calls, g.figures.exits), (1000, 1000));
     }
 
     // Without --per-thread, the ended workers fold into one tree of the process.
@@ -146,8 +157,8 @@ fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
     let exited = folded.threads.iter().find(|t| t.exited_threads == 4).expect("the folded workers");
     check_consistent(&folded, exited);
     assert_eq!(exited.tree.len(), 3, "four threads' paths merge into one tree");
-    assert_eq!(node(&folded, exited, &["worker", "f", "g"]).calls, 4000);
-    assert_eq!(node(&folded, exited, &["worker"]).calls, 4);
+    assert_eq!(node(&folded, exited, &["worker", "f", "g"]).figures.calls, 4000);
+    assert_eq!(node(&folded, exited, &["worker"]).figures.calls, 4);
 
     // A bound of 8 nodes (the root and 7 paths): later paths are counted,
     // left out, and the tree stays consistent.
@@ -160,9 +171,9 @@ fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
     check_consistent(&bounded, main);
     assert_eq!(main.tree.len(), 7);
     assert!(main.node_overflow > 0, "calls beyond the bound are counted");
-    let placed: u64 = main.tree.iter().map(|n| n.calls).sum();
+    let placed: u64 = main.tree.iter().map(|n| n.figures.calls).sum();
     let all: u64 =
-        demo.threads.iter().find(|t| t.tid == demo.pid).unwrap().tree.iter().map(|n| n.calls).sum();
+        demo.threads.iter().find(|t| t.tid == demo.pid).unwrap().tree.iter().map(|n| n.figures.calls).sum();
     assert_eq!(placed + main.node_overflow, all, "every call is placed or counted as overflow");
 
     // C++ exceptions: run_exc → ex1 → ex2 → ex3; four of six calls throw from ex3 to its catch.
@@ -172,9 +183,9 @@ fn call_paths_hold_recursion_longjmp_exceptions_and_threads() {
     let path = ["main", "run_exc(int)", "ex1(int)", "ex2(int)", "ex3(int)"];
     for depth in 3..=path.len() {
         let n = node(&exc, t, &path[..depth]);
-        assert_eq!((n.calls, n.exits, n.unwound), (6, 2, 4), "{:?}", &path[..depth]);
+        assert_eq!((n.figures.calls, n.figures.exits, n.figures.unwound), (6, 2, 4), "{:?}", &path[..depth]);
     }
-    assert_eq!(node(&exc, t, &path[..2]).exits, 6, "run_exc catches every exception");
+    assert_eq!(node(&exc, t, &path[..2]).figures.exits, 6, "run_exc catches every exception");
 }
 
 #[test]
@@ -218,8 +229,8 @@ fn report_json_follows_its_schema_and_the_text_tree_is_bounded() {
     assert!(shallow.contains("  main\n") && shallow.contains("    fib\n"), "{shallow}");
     assert!(!shallow.contains("      fib\n") && shallow.contains("deeper than 2 levels"), "{shallow}");
     let main = r.threads.iter().find(|t| t.tid == r.pid).unwrap();
-    let fib_share =
-        node(&r, main, &["main", "fib"]).incl_ticks as f64 / node(&r, main, &["main"]).incl_ticks as f64;
+    let fib_share = node(&r, main, &["main", "fib"]).figures.incl_ticks as f64
+        / node(&r, main, &["main"]).figures.incl_ticks as f64;
     // A threshold above fib's share hides its whole subtree and says how much it hid.
     let pct = (fib_share * 100.0 + 1.0).min(99.0).to_string();
     let cut = tree(&["--threshold", &pct]);

@@ -28,7 +28,7 @@ fn report(path: &Path) -> rt::Report {
 /// Calls of `name` summed over threads.
 fn calls(r: &rt::Report, name: &str) -> u64 {
     let id = r.id(name).unwrap_or_else(|| panic!("{name} not in the session"));
-    r.threads.iter().flat_map(|t| &t.functions).filter(|f| f.id == id).map(|f| f.calls).sum()
+    r.threads.iter().flat_map(|t| &t.functions).filter(|f| f.id == id).map(|f| f.figures.calls).sum()
 }
 
 /// Where `at` names a place in `path`: a symbol, or `+0x…` a link-time address.
@@ -77,7 +77,7 @@ fn uprobe_counts(
 /// why where uprobes cannot be had.
 fn assert_uprobes_agree(
     r: &rt::Report,
-    names: &[&str],
+    names: &[impl AsRef<str>],
     places: &[At],
     program: &Path,
     args: &[&str],
@@ -85,7 +85,7 @@ fn assert_uprobes_agree(
 ) {
     match uprobe_counts(program, args, file, places) {
         Ok(counts) => {
-            for (name, count) in names.iter().zip(counts) {
+            for (name, count) in names.iter().map(AsRef::as_ref).zip(counts) {
                 assert_eq!(calls(r, name), count, "{name}: papirus and a kernel uprobe");
             }
         }
@@ -267,7 +267,6 @@ fn ifuncs_are_instrumented_at_the_implementation_the_process_calls() {
     assert!(probed.status.success(), "{stderr}");
     let r = report(&out);
     let (impls, places) = implementations(&r, &["strlen", "memcpy"], 1000, &stderr);
-    let impls: Vec<&str> = impls.iter().map(String::as_str).collect();
     assert_uprobes_agree(&r, &impls, &places, &program, &[n], libc);
 }
 
@@ -294,7 +293,6 @@ fn memcpy_and_memmove_count_exactly_through_a_hop() {
         let r = report(&out);
         // memcpy and memmove each 3000 times, and both are one implementation in glibc.
         let (impls, places) = implementations(&r, wanted, 3000, &stderr);
-        let impls: Vec<&str> = impls.iter().map(String::as_str).collect();
         assert_uprobes_agree(&r, &impls, &places, &program, &[n], libc);
     }
 }
@@ -353,7 +351,6 @@ fn lazily_bound_ifuncs_resolve_to_what_the_process_calls() {
     assert_eq!(probed.stdout, plain.stdout, "output changed");
     let r = report(&out);
     let (impls, places) = implementations(&r, &["strstr", "strncat"], 1000, &stderr);
-    let impls: Vec<&str> = impls.iter().map(String::as_str).collect();
     assert_uprobes_agree(&r, &impls, &places, &program, &[n], libc);
 }
 

@@ -137,7 +137,7 @@ fn run_with_a_cost_file_predicts_the_overhead() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     let r: papirus_probe_abi::Report = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
-    let calls: u64 = r.threads.iter().flat_map(|t| &t.functions).map(|f| f.calls).sum();
+    let calls: u64 = r.threads.iter().flat_map(|t| &t.functions).map(|f| f.figures.calls).sum();
     // The prediction is a header line of the profile, on stderr.
     let stderr = String::from_utf8_lossy(&out.stderr);
     let line =

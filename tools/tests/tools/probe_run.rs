@@ -24,7 +24,10 @@ fn report(path: &Path) -> rt::Report {
 /// (calls, exits, unwound) of `name` in one thread.
 fn counts(r: &rt::Report, t: &rt::ThreadReport, name: &str) -> [u64; 3] {
     let id = r.id(name).unwrap_or_else(|| panic!("{name} not in the session"));
-    t.functions.iter().find(|f| f.id == id).map_or([0; 3], |f| [f.calls, f.exits, f.unwound])
+    t.functions
+        .iter()
+        .find(|f| f.id == id)
+        .map_or([0; 3], |f| [f.figures.calls, f.figures.exits, f.figures.unwound])
 }
 
 /// Runs `program` plain and under `papirus-probe run`; returns the report.
@@ -84,10 +87,10 @@ fn run_counts_every_call_and_keeps_the_output() {
         assert_eq!(counts(&r, main, n), [1, 0, 1], "{n} closed by the longjmp");
     }
     let (f, g) = (r.total(r.id("f").unwrap()), r.total(r.id("g").unwrap()));
-    assert!(f.incl_ticks >= f.excl_ticks);
+    assert!(f.figures.incl_ticks >= f.figures.excl_ticks);
     let (calls, incl) = r.edge(r.id("f").unwrap(), r.id("g").unwrap());
     assert_eq!(calls, 5000);
-    assert!(f.incl_ticks >= incl && incl == g.incl_ticks);
+    assert!(f.figures.incl_ticks >= incl && incl == g.figures.incl_ticks);
     assert_eq!(
         r.edge(r.id("main").unwrap(), r.id("three").unwrap()).0,
         4,
@@ -114,19 +117,29 @@ fn counters_probe_reads_the_events_per_function() {
     }
     let get = |n: &str| main.functions.iter().find(|f| f.id == r.id(n).unwrap()).unwrap().clone();
     let touch = get("touch_pages");
-    assert!(touch.counters_incl[1] >= 400, "512 fresh pages touched: {:?}", touch.counters_incl);
+    assert!(
+        touch.figures.counters_incl[1] >= 400,
+        "512 fresh pages touched: {:?}",
+        touch.figures.counters_incl
+    );
     let m = get("main");
-    assert!(m.counters_incl[1] >= touch.counters_incl[1], "main includes its callees' faults");
+    assert!(
+        m.figures.counters_incl[1] >= touch.figures.counters_incl[1],
+        "main includes its callees' faults"
+    );
     for f in [get("f"), get("fib"), m] {
-        assert!(f.counters_incl[0] > 0, "task-clock counted");
-        assert!(f.counters_excl[0] <= f.counters_incl[0] && f.counters_excl[1] <= f.counters_incl[1]);
+        assert!(f.figures.counters_incl[0] > 0, "task-clock counted");
+        assert!(
+            f.figures.counters_excl[0] <= f.figures.counters_incl[0]
+                && f.figures.counters_excl[1] <= f.figures.counters_incl[1]
+        );
         // Thread CPU time cannot exceed the real time around it (2 ms slack for the reads).
-        assert!(f.counters_incl[0] as f64 <= r.ns(f.incl_ticks) + 2e6, "{f:?}");
+        assert!(f.figures.counters_incl[0] as f64 <= r.ns(f.figures.incl_ticks) + 2e6, "{f:?}");
     }
     for w in r.threads.iter().filter(|t| t.tid != r.pid) {
         let g = w.functions.iter().find(|f| f.id == r.id("g").unwrap()).unwrap();
-        assert_eq!(g.calls, 1000);
-        assert!(g.counters_incl[0] > 0, "worker threads read their own counters");
+        assert_eq!(g.figures.calls, 1000);
+        assert!(g.figures.counters_incl[0] > 0, "worker threads read their own counters");
     }
 }
 
@@ -240,9 +253,14 @@ fn attach_repeatedly_then_the_program_finishes_correctly() {
         let r = report(&out);
         let f = r.total(r.id("f").unwrap());
         let g = r.total(r.id("g").unwrap());
-        assert!(f.calls > 0, "round {round}: f was called while attached");
+        assert!(f.figures.calls > 0, "round {round}: f was called while attached");
         // g's calls are f's, give or take the f activations cut by attach and detach.
-        assert!(g.calls.abs_diff(1000 * f.calls) <= 2000, "round {round}: f {} g {}", f.calls, g.calls);
+        assert!(
+            g.figures.calls.abs_diff(1000 * f.figures.calls) <= 2000,
+            "round {round}: f {} g {}",
+            f.figures.calls,
+            g.figures.calls
+        );
     }
     let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
     assert!(child.wait().unwrap().success());

@@ -32,7 +32,7 @@ fn read(path: &Path) -> Report {
 }
 
 fn calls(r: &Report, name: &str) -> u64 {
-    r.total(r.id(name).unwrap_or_else(|| panic!("{name} not in the report"))).calls
+    r.total(r.id(name).unwrap_or_else(|| panic!("{name} not in the report"))).figures.calls
 }
 
 /// Runs the target `exe` under `run` with a stale report in place; returns
@@ -114,7 +114,7 @@ fn forked_children_are_processes_of_their_own() {
     assert_eq!(calls(&r, "calls"), 4);
     // Called three times in the parent, returned from in the parent and in each child.
     assert_eq!(calls(&r, "spawn_child"), 3);
-    assert_eq!(r.total(r.id("spawn_child").unwrap()).exits, 3);
+    assert_eq!(r.total(r.id("spawn_child").unwrap()).figures.exits, 3);
     assert_eq!(r.processes.len(), 4, "{:?}", r.processes);
     for child in &r.processes[1..] {
         assert_eq!(child.parent, r.pid);
@@ -125,7 +125,7 @@ fn forked_children_are_processes_of_their_own() {
             .filter(|t| t.pid == child.pid)
             .flat_map(|t| &t.functions)
             .filter(|f| f.id == leaf)
-            .map(|f| f.calls)
+            .map(|f| f.figures.calls)
             .sum();
         assert_eq!(n, 1000, "child {}", child.pid);
     }
@@ -140,7 +140,7 @@ fn thousands_of_short_threads_stay_bounded() {
     assert_eq!(calls(&r, "worker") + calls(&r, "exiter"), 2000);
     // pthread_exit leaves its frames unwound, not open.
     let exiter = r.total(r.id("exiter").unwrap());
-    assert_eq!((exiter.exits, exiter.unwound), (0, 1000));
+    assert_eq!((exiter.figures.exits, exiter.figures.unwound), (0, 1000));
     let folded: u64 = r.threads.iter().map(|t| t.exited_threads).sum();
     assert!(folded >= 2000, "{folded} threads folded");
     let size = std::fs::metadata(dir.path().join("report.json")).unwrap().len();
@@ -509,7 +509,7 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_said() {
     // The tree holds the 4,096 levels the shadow stack tracks; deeper calls
     // are counted per thread only, so flat figures stay the tree's sums.
     let rec = r.total(r.id("rec").unwrap());
-    assert_eq!((rec.calls, rec.exits), (4096, 4096));
+    assert_eq!((rec.figures.calls, rec.figures.exits), (4096, 4096));
     let untimed: u64 = r.threads.iter().map(|t| t.overflow).sum();
     assert_eq!(untimed, 5001 - 4096);
     let text = String::from_utf8_lossy(&o.stderr);

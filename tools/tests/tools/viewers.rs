@@ -69,7 +69,7 @@ fn report_calls(r: &Report) -> BTreeMap<(u32, String), u64> {
     let mut out = BTreeMap::new();
     for t in &r.threads {
         for f in &t.functions {
-            out.insert((t.tid, r.functions[f.id as usize].clone()), f.calls);
+            out.insert((t.tid, r.functions[f.id as usize].clone()), f.figures.calls);
         }
     }
     out
@@ -158,7 +158,7 @@ fn the_flame_graph_has_a_frame_per_node_above_the_threshold() {
         let t = titles(&std::fs::read_to_string(&out).unwrap());
         let frames = |name: &str| t.iter().filter(|t| t.starts_with(&format!("{name} ("))).count();
         // The root's width is the total: every node's exclusive time, all threads.
-        let total: u64 = r.threads.iter().flat_map(|t| &t.tree).map(|n| ns(n.excl_ticks)).sum();
+        let total: u64 = r.threads.iter().flat_map(|t| &t.tree).map(|n| ns(n.figures.excl_ticks)).sum();
         let root = t.iter().find(|t| t.starts_with("all (")).expect("the root frame");
         let width: u64 = root["all (".len()..].split(' ').next().unwrap().replace(',', "").parse().unwrap();
         assert_eq!(width, total, "{root}");
@@ -166,9 +166,9 @@ fn the_flame_graph_has_a_frame_per_node_above_the_threshold() {
         let mut want: BTreeMap<String, usize> = BTreeMap::new();
         for th in &r.threads {
             let thread_total: u64 =
-                th.tree.iter().filter(|n| n.parent.is_none()).map(|n| ns(n.incl_ticks)).sum();
+                th.tree.iter().filter(|n| n.parent.is_none()).map(|n| ns(n.figures.incl_ticks)).sum();
             let cut = ((pct / 100.0 * thread_total as f64).ceil() as u64).max(1);
-            for n in th.tree.iter().filter(|n| ns(n.incl_ticks) >= cut) {
+            for n in th.tree.iter().filter(|n| ns(n.figures.incl_ticks) >= cut) {
                 *want.entry(r.functions[n.function as usize].clone()).or_default() += 1;
             }
         }
@@ -297,7 +297,7 @@ fn attach_traces_and_counters_become_tracks() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let t = read_trace(&p("attach.ptrace")).unwrap();
     let r: Report = serde_json::from_slice(&std::fs::read(p("attach.json")).unwrap()).unwrap();
-    let g = r.total(r.id("g").unwrap()).calls;
+    let g = r.total(r.id("g").unwrap()).figures.calls;
     let traced_g =
         t.threads.iter().flat_map(|th| &th.calls).filter(|c| t.name(c.function) == "g").count() as u64;
     assert!(g > 1000 && traced_g == g, "{traced_g} of {g} calls of g traced");
@@ -440,8 +440,8 @@ fn hatchet_reads_the_tau_profile() {
                 .iter()
                 .find(|row| row["thread"] == k && row["path"].as_array().is_some_and(|p| *p == path))
                 .unwrap_or_else(|| panic!("Hatchet has no node {path:?} for thread {k}"));
-            assert_eq!(row["calls"].as_f64().unwrap() as u64, n.calls, "{path:?}");
-            let want_us = r.ns(n.incl_ticks) / 1e3;
+            assert_eq!(row["calls"].as_f64().unwrap() as u64, n.figures.calls, "{path:?}");
+            let want_us = r.ns(n.figures.incl_ticks) / 1e3;
             let got = row["incl"].as_f64().unwrap();
             assert!((got - want_us).abs() <= 1e-6 * want_us.max(1.0), "{path:?}: {got} us, want {want_us}");
             let _ = i;

@@ -37,8 +37,9 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "E,…")]
     events: Vec<String>,
     /// Only functions whose name (stored or demangled) matches one of these
-    /// globs (`*`, `?`); repeatable. `@FILE` reads globs from FILE, one per
-    /// line or comma-separated (`#` starts a comment line).
+    /// globs (`*` any run, `?` any one byte, nothing else special);
+    /// repeatable. `@FILE` reads globs from FILE, one per line or
+    /// comma-separated (`#` starts a comment line).
     #[arg(long, short, value_name = "GLOB,…", value_delimiter = ',')]
     functions: Vec<String>,
     /// Leave out functions matching one of these globs, even when --functions
@@ -415,16 +416,15 @@ fn cost_view(
     Ok(())
 }
 
-/// Reads the report the runtime wrote and prints it on stderr.
+/// Prints the session's report on stderr.
 fn show(
-    file: &ReportFile,
+    r: &Report,
     costs: Option<(&Path, CostFile)>,
     probe: &ProbeArgs,
     mut view: View,
     full: bool,
 ) -> Result<(), Failure> {
-    let r = session::read_report(&file.path)?;
-    cost_view(costs, probe.subtract_cost, &r, &mut view)?;
+    cost_view(costs, probe.subtract_cost, r, &mut view)?;
     if let Some(o) = &probe.output {
         view.notes.push(("JSON report".into(), o.display().to_string()));
     }
@@ -434,7 +434,7 @@ fn show(
             view.notes.push(("process".into(), format!("pid {} (parent {}): {}", p.pid, p.parent, p.ended)));
         }
     }
-    let text = if full { session::format_report(&r, &view) } else { session::format_summary(&r, &view) };
+    let text = if full { session::format_report(r, &view) } else { session::format_summary(r, &view) };
     output::stderr(&text)
 }
 
@@ -476,9 +476,9 @@ pub fn run(args: &RunArgs) -> Result<u8, Failure> {
     view.notes.push(("target".into(), format!("pid {}, {ended}", s.pid)));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
     trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
-    show(&file, costs, &args.measure.probe, view, args.measure.full)?;
+    show(&s.report, costs, &args.measure.probe, view, args.measure.full)?;
     let name = args.command[0].to_string_lossy().rsplit('/').next().unwrap_or_default().to_string();
-    export(&file, trace.as_ref(), &args.measure.probe.export, &name)?;
+    export(s.report, trace.as_ref(), &args.measure.probe.export, &name)?;
     status_of(s.exit)
 }
 
@@ -501,7 +501,7 @@ fn trace_notes(t: Option<&session::TraceSummary>, named: bool, view: &mut View) 
 
 /// Writes each `--export FORMAT=PATH` from the report (and the trace).
 fn export(
-    file: &ReportFile,
+    report: Report,
     trace: Option<&TraceRequest>,
     exports: &[(Format, PathBuf)],
     title: &str,
@@ -510,7 +510,7 @@ fn export(
         return Ok(());
     }
     let input = export::Input {
-        report: session::read_report(&file.path)?,
+        report,
         trace: trace.map(|t| session::read_trace(&t.output)).transpose()?,
         regions: None,
     };
@@ -623,8 +623,8 @@ pub fn attach(args: &AttachArgs) -> Result<u8, Failure> {
     view.notes.push(("probe runtime".into(), runtime));
     view.notes.push(("report written in".into(), format!("{:.1} ms", s.report_time.as_secs_f64() * 1e3)));
     trace_notes(s.trace.as_ref(), matches!(args.measure.probe.trace, Some(Some(_))), &mut view);
-    show(&file, costs, &args.measure.probe, view, args.measure.full)?;
-    export(&file, trace.as_ref(), &args.measure.probe.export, &format!("pid {}", args.pid))?;
+    show(&s.report, costs, &args.measure.probe, view, args.measure.full)?;
+    export(s.report, trace.as_ref(), &args.measure.probe.export, &format!("pid {}", args.pid))?;
     Ok(0)
 }
 
