@@ -3,9 +3,10 @@
 //! [`init`] is explicit and idempotent: the first call collects what the
 //! substrate finds about the CPU, its PMUs and counters, later calls return
 //! the same [`Library`]; the rest of the machine's facts, the clock's set-up
-//! among them, waits for the first [`Library::hwinfo`]. Event sets are created from a `Library`, so nothing can run
-//! before initialisation. Tests build their own `Library` over a mock kernel
-//! with [`Library::with_machine`]; such libraries share nothing with the
+//! among them, waits for the first [`Library::hwinfo`]. Event sets are
+//! created from a `Library`, so nothing can run before initialisation.
+//! Tests build their own `Library` over a mock kernel with
+//! [`Library::with_machine`]; such libraries share nothing with the
 //! process-wide one.
 //!
 //! Thread state is created lazily the first time a thread asks for its id,
