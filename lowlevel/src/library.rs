@@ -1,10 +1,12 @@
 //! Library initialisation, per-thread state and timers.
 //!
 //! [`init`] is explicit and idempotent: the first call collects what the
-//! substrate finds (CPU, PMUs, counters, clocks), later calls return the same
-//! [`Library`]. Event sets are created from a `Library`, so nothing can run
-//! before initialisation. Tests build their own `Library` over a mock kernel
-//! with [`Library::with_machine`]; such libraries share nothing with the
+//! substrate finds about the CPU, its PMUs and counters, later calls return
+//! the same [`Library`]; the rest of the machine's facts, the clock's set-up
+//! among them, waits for the first [`Library::hwinfo`]. Event sets are
+//! created from a `Library`, so nothing can run before initialisation.
+//! Tests build their own `Library` over a mock kernel with
+//! [`Library::with_machine`]; such libraries share nothing with the
 //! process-wide one.
 //!
 //! Thread state is created lazily the first time a thread asks for its id,
@@ -15,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use papirus_substrate::hwinfo::HwInfo;
+use papirus_substrate::arch;
+use papirus_substrate::hwinfo::{self, Counters, HwInfo, Hypervisor};
 use papirus_substrate::sys::{self, Sys};
 use papirus_substrate::{Target, clock, vclock};
 use serde::Serialize;
@@ -39,26 +42,31 @@ pub struct Machine {
 }
 
 impl Machine {
-    fn from_hwinfo(hw: &HwInfo) -> Machine {
-        let vendor = match hw.vendor.as_str() {
+    /// This machine, from CPUID and sysfs: what [`HwInfo`] reports about the
+    /// CPU and its counters, collected without the clock, so that choosing
+    /// and checking events never waits for a TSC calibration.
+    fn detect() -> Machine {
+        let id = arch::identity();
+        let counters = Counters::collect(&id);
+        let vendor = match id.vendor.as_str() {
             "AuthenticAMD" => Vendor::Amd,
             "GenuineIntel" => Vendor::Intel,
             _ => Vendor::Other,
         };
-        let hw_counters = if hw.counters.core_pmu.is_none() {
+        let hw_counters = if counters.core_pmu.is_none() {
             Some(0)
-        } else if hw.counters.general_purpose > 0 {
-            Some((hw.counters.general_purpose + hw.counters.fixed) as usize)
+        } else if counters.general_purpose > 0 {
+            Some((counters.general_purpose + counters.fixed) as usize)
         } else {
             None
         };
-        let no_hardware_reason = hw.counters.core_pmu.is_none().then(|| {
-            let guest = hw.hypervisor.as_ref().map_or(String::new(), |h| format!(" ({} guest)", h.name));
+        let no_hardware_reason = counters.core_pmu.is_none().then(|| {
+            let guest = Hypervisor::of(&id).map_or(String::new(), |h| format!(" ({} guest)", h.name));
             format!("no hardware PMU exposed to this machine{guest}")
         });
         Machine {
-            cpu: Cpu { vendor, family: hw.family, model: hw.model },
-            cpus: hw.cpus.max(1),
+            cpu: Cpu { vendor, family: id.family, model: id.model },
+            cpus: hwinfo::online_cpus().len().max(1),
             hw_counters,
             no_hardware_reason,
         }
@@ -69,7 +77,8 @@ impl Machine {
 pub(crate) struct Inner {
     pub(crate) sys: Arc<dyn Sys>,
     pub(crate) machine: Machine,
-    pub(crate) hwinfo: Option<HwInfo>,
+    /// Collected on first use: its clock may take a TSC calibration.
+    hwinfo: Option<OnceLock<HwInfo>>,
     pub(crate) presets: PresetTable,
     next_set: AtomicU64,
     /// Hardware counters held by running sets, per counted target.
@@ -82,16 +91,19 @@ pub(crate) struct Inner {
 pub struct Library(pub(crate) Arc<Inner>);
 
 /// Initialises the library once per process and returns it; later calls
-/// return the same library. Reading the machine's facts takes a few
-/// milliseconds (up to ~50 ms when the TSC must be calibrated).
+/// return the same library. Reading the machine's facts takes about a
+/// millisecond; the clock is not set up here (see [`Library::hwinfo`]).
 pub fn init() -> Result<Library> {
     static LIB: OnceLock<Library> = OnceLock::new();
     Ok(LIB
         .get_or_init(|| {
             let _ = INITIALIZED.set(());
-            let hw = HwInfo::collect();
-            let machine = Machine::from_hwinfo(&hw);
-            Library::build(sys::kernel(), machine, Some(hw), PresetTable::builtin().clone())
+            Library::build(
+                sys::kernel(),
+                Machine::detect(),
+                Some(OnceLock::new()),
+                PresetTable::builtin().clone(),
+            )
         })
         .clone())
 }
@@ -104,7 +116,12 @@ pub fn is_initialized() -> bool {
 static INITIALIZED: OnceLock<()> = OnceLock::new();
 
 impl Library {
-    fn build(sys: Arc<dyn Sys>, machine: Machine, hwinfo: Option<HwInfo>, presets: PresetTable) -> Library {
+    fn build(
+        sys: Arc<dyn Sys>,
+        machine: Machine,
+        hwinfo: Option<OnceLock<HwInfo>>,
+        presets: PresetTable,
+    ) -> Library {
         Library(Arc::new(Inner {
             sys,
             machine,
@@ -132,10 +149,11 @@ impl Library {
         &self.0.machine
     }
 
-    /// Everything the substrate found at [`init`] (`None` for a library
-    /// built with [`Library::with_machine`]).
+    /// Everything the substrate finds about the machine, collected on the
+    /// first call (its clock may take a TSC calibration, up to ~50 ms);
+    /// `None` for a library built with [`Library::with_machine`].
     pub fn hwinfo(&self) -> Option<&HwInfo> {
-        self.0.hwinfo.as_ref()
+        self.0.hwinfo.as_ref().map(|h| h.get_or_init(HwInfo::collect))
     }
 
     /// The preset definitions in use.
@@ -270,8 +288,10 @@ mod tests {
         assert!(is_initialized());
         let m = a.machine();
         assert!(m.cpus >= 1);
+        // Detected without the clock, the machine agrees with the full collection.
         let hw = a.hwinfo().unwrap();
-        assert_eq!(m.cpu.family, hw.family);
+        assert_eq!((m.cpu.family, m.cpu.model, m.cpus), (hw.family, hw.model, hw.cpus));
+        assert!(std::ptr::eq(hw, a.hwinfo().unwrap()), "collected once");
         if hw.counters.core_pmu.is_none() {
             assert_eq!(m.hw_counters, Some(0));
             assert!(m.no_hardware_reason.as_deref().unwrap().starts_with("no hardware PMU exposed"));

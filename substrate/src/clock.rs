@@ -185,12 +185,15 @@ pub fn clock() -> &'static Clock {
 /// Sets up [`clock`] on a thread of its own, so that a calibration (mostly
 /// sleeping) overlaps with the caller's work instead of delaying the first
 /// caller that needs the clock; that caller then waits only for what is
-/// left of it. Does nothing once the clock is set up.
+/// left of it. Does nothing after the first call, or once the clock is set up.
 pub fn set_up_in_background() {
-    if CLOCK.get().is_none() {
-        // Without a thread (none can be made), the first use sets it up.
-        let _ = std::thread::Builder::new().name("papirus-clock".into()).spawn(clock);
-    }
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    STARTED.call_once(|| {
+        if CLOCK.get().is_none() {
+            // Without a thread (none can be made), the first use sets it up.
+            let _ = std::thread::Builder::new().name("papirus-clock".into()).spawn(clock);
+        }
+    });
 }
 
 // The process-wide clock is shared by every thread.

@@ -175,6 +175,79 @@ fn cpuid_counters(id: &arch::CpuIdentity) -> (u32, u32) {
     }
 }
 
+/// Where perf lists its PMUs, under `/sys`.
+const PMU_DIR: &str = "bus/event_source/devices";
+
+/// The PMUs in `dir`, by type.
+fn pmus_in(dir: &Path) -> Vec<Pmu> {
+    let mut pmus: Vec<Pmu> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let type_ = read_trim(&e.path().join("type"))?.parse().ok()?;
+                    Some(Pmu { name, type_ })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    pmus.sort_by_key(|p| p.type_);
+    pmus
+}
+
+impl Hypervisor {
+    /// The hypervisor CPUID reports for `id`, if any.
+    pub fn of(id: &arch::CpuIdentity) -> Option<Hypervisor> {
+        id.hypervisor_signature
+            .as_ref()
+            .map(|s| Hypervisor { signature: s.clone(), name: hypervisor_name(s) })
+    }
+}
+
+impl Counters {
+    /// This machine's hardware counters, as [`HwInfo::counters`] reports
+    /// them, without the rest of [`HwInfo`]: choosing and checking events
+    /// needs these and never waits for the clock.
+    pub fn collect(id: &arch::CpuIdentity) -> Counters {
+        let dir = Path::new("/sys").join(PMU_DIR);
+        Counters::of(&dir, &pmus_in(&dir), id)
+    }
+
+    /// The counters of the core PMU among `pmus` (found in `pmu_dir`).
+    fn of(pmu_dir: &Path, pmus: &[Pmu], id: &arch::CpuIdentity) -> Counters {
+        let core_pmu = pmus
+            .iter()
+            .find(|p| {
+                p.type_ == perf_event_open_sys::bindings::PERF_TYPE_RAW
+                    || p.name == "cpu"
+                    || p.name == "cpu_core"
+            })
+            .map(|p| p.name.clone());
+        let claims = cpuid_counters(id);
+        match core_pmu {
+            Some(_) => Counters {
+                general_purpose: claims.0,
+                fixed: claims.1,
+                cpuid_claims: claims,
+                core_pmu,
+                reason: None,
+            },
+            None => Counters {
+                general_purpose: 0,
+                fixed: 0,
+                cpuid_claims: claims,
+                core_pmu: None,
+                reason: Some(format!(
+                    "no core PMU in {} (found: {}){}",
+                    pmu_dir.display(),
+                    pmus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
+                    if id.hypervisor { ": the hypervisor does not expose one to this guest" } else { "" }
+                )),
+            },
+        }
+    }
+}
+
 impl HwInfo {
     /// Collects from this machine.
     pub fn collect() -> HwInfo {
@@ -233,50 +306,11 @@ impl HwInfo {
             });
         }
 
-        let pmu_dir = sys.join("bus/event_source/devices");
-        let mut pmus: Vec<Pmu> = std::fs::read_dir(&pmu_dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .filter_map(|e| {
-                        let name = e.file_name().to_string_lossy().into_owned();
-                        let type_ = read_trim(&e.path().join("type"))?.parse().ok()?;
-                        Some(Pmu { name, type_ })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        pmus.sort_by_key(|p| p.type_);
-        let core_pmu = pmus
-            .iter()
-            .find(|p| {
-                p.type_ == perf_event_open_sys::bindings::PERF_TYPE_RAW
-                    || p.name == "cpu"
-                    || p.name == "cpu_core"
-            })
-            .map(|p| p.name.clone());
-        let claims = cpuid_counters(&id);
-        let counters = match &core_pmu {
-            Some(_) => Counters {
-                general_purpose: claims.0,
-                fixed: claims.1,
-                cpuid_claims: claims,
-                core_pmu: core_pmu.clone(),
-                reason: None,
-            },
-            None => Counters {
-                general_purpose: 0,
-                fixed: 0,
-                cpuid_claims: claims,
-                core_pmu: None,
-                reason: Some(format!(
-                    "no core PMU in {} (found: {}){}",
-                    pmu_dir.display(),
-                    pmus.iter().map(|p| p.name.as_str()).collect::<Vec<_>>().join(", "),
-                    if id.hypervisor { ": the hypervisor does not expose one to this guest" } else { "" }
-                )),
-            },
-        };
-        let rdpmc = core_pmu
+        let pmu_dir = sys.join(PMU_DIR);
+        let pmus = pmus_in(&pmu_dir);
+        let counters = Counters::of(&pmu_dir, &pmus, &id);
+        let rdpmc = counters
+            .core_pmu
             .as_ref()
             .and_then(|n| read_trim(&pmu_dir.join(n).join("rdpmc")))
             .and_then(|s| s.parse().ok());
@@ -296,10 +330,7 @@ impl HwInfo {
             clock: clock().info(),
             // A throwaway reader on this thread: its event is closed at once.
             virtual_time: ThreadClock::new().method(),
-            hypervisor: id
-                .hypervisor_signature
-                .as_ref()
-                .map(|s| Hypervisor { signature: s.clone(), name: hypervisor_name(s) }),
+            hypervisor: Hypervisor::of(&id),
             counters,
             rdpmc,
             perf_event_paranoid: read_trim(&root.join("proc/sys/kernel/perf_event_paranoid"))

@@ -309,10 +309,12 @@ pub struct ResolvedEvent {
 
 impl crate::library::Library {
     /// Resolves `name` (a preset or a native name) as
-    /// [`EventSet::add_named`] does, opening it once on this thread, and
-    /// closes it again. Fails as `add_named` would.
+    /// [`EventSet::add_named`] does, opening it once on this thread (with no
+    /// page mapped, so without waiting for the clock), and closes it again.
+    /// Fails as `add_named` would.
     pub fn resolve_event(&self, name: &str) -> Result<ResolvedEvent> {
         let mut set = self.event_set();
+        set.maps_pages = false;
         set.add_named(name)?;
         set.opened = None;
         let entry = set.entries.pop().ok_or_else(|| Error::Invalid {

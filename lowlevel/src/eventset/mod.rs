@@ -101,6 +101,9 @@ pub struct EventSet {
     last_path: Option<ReadPath>,
     /// Whether reads may take the user-space path.
     user_space: bool,
+    /// Whether opening maps the counters' pages for user-space reads: a set
+    /// that only resolves names maps none, so it never waits for the TSC's rate.
+    maps_pages: bool,
     /// Whether the running set holds a claim on hardware counters (a set
     /// that uses none never conflicts, and skips the library's lock).
     claimed: bool,
@@ -134,6 +137,7 @@ impl EventSet {
             terms: (vec![], vec![]),
             last_path: None,
             user_space: true,
+            maps_pages: true,
             claimed: false,
             signal: default_signal(),
         }

@@ -75,16 +75,13 @@ impl EventSet {
         let target = self.target();
         let (groups, attrs, terms) = self.open_groups(target)?;
         let sys = self.lib.sys();
-        let no_user_space = self.no_user_space();
-        let rate = papirus_substrate::clock::clock().tsc_rate();
-        let readers = groups
-            .iter()
-            .zip(&attrs)
-            .map(|(g, attrs)| match &no_user_space {
-                Some(reason) => GroupReader::unmapped(g, reason),
-                None => GroupReader::map(&*sys, g, attrs, rate),
-            })
-            .collect();
+        let readers = match self.no_user_space() {
+            Some(reason) => groups.iter().map(|g| GroupReader::unmapped(g, &reason)).collect(),
+            None => {
+                let rate = papirus_substrate::clock::clock().tsc_rate();
+                groups.iter().zip(&attrs).map(|(g, attrs)| GroupReader::map(&*sys, g, attrs, rate)).collect()
+            }
+        };
         let inherit = self.options.granularity == Granularity::Process;
         let mut opened = OpenGroups {
             routes: self.entries.iter().map(|_| None).collect(),
@@ -208,6 +205,9 @@ impl EventSet {
     /// Why the set's groups are read by `read(2)` whatever their events,
     /// or `None` when each group's pages decide.
     fn no_user_space(&self) -> Option<String> {
+        if !self.maps_pages {
+            return Some("the set only resolves names: it is never read".into());
+        }
         if self.options.multiplex {
             return Some("multiplexed: scaling needs the kernel's enabled and running times".into());
         }

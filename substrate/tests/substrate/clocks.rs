@@ -9,7 +9,7 @@ use papirus_substrate::attr::consts::PERF_TYPE_SOFTWARE;
 use papirus_substrate::clock::clock;
 use papirus_substrate::event::{Count, Target};
 use papirus_substrate::fastread::{self, ReadMethod, ReadPath};
-use papirus_substrate::hwinfo::HwInfo;
+use papirus_substrate::hwinfo::{Counters, HwInfo, Hypervisor};
 use papirus_substrate::sys::clock_gettime;
 use papirus_substrate::vclock::{ERROR_BOUND, thread_cpu_ns, thread_method};
 use papirus_substrate::{EventAttr, Kind};
@@ -397,6 +397,10 @@ fn hardware_info_is_consistent_with_proc_cpuinfo_and_sysfs() {
         assert_eq!(h.rdpmc, None);
     }
     assert!(h.pmus.iter().any(|p| p.name == "software" && p.type_ == 1), "{:?}", h.pmus);
+    // What event layers read without the clock is what HwInfo reports.
+    let id = papirus_substrate::arch::identity();
+    assert_eq!(Counters::collect(&id), h.counters);
+    assert_eq!(Hypervisor::of(&id), h.hypervisor);
     // Virtual time takes a user-space method whenever the TSC is usable and
     // a task-clock can be opened (this test opens one to know).
     let tc = fastread::counter(&sw("task-clock", b::PERF_COUNT_SW_TASK_CLOCK), Target::ThisThread);

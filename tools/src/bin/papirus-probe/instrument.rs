@@ -162,6 +162,9 @@ impl ProbeArgs {
 
     /// The probe, its event names, the selection and the runtime library.
     fn parts(&self) -> Result<Parts, Failure> {
+        // Every session needs the clock: set up while the events resolve and
+        // the target is prepared.
+        papirus_substrate::clock::set_up_in_background();
         let p = session::parse_probe(&self.probe)?;
         let events = session::resolve_events(p, &self.events)?;
         let sel = Selection {
