@@ -611,9 +611,10 @@ impl Process {
         thread_at: u64,
         done_at: u64,
     ) -> Result<()> {
-        let before = self.threads();
-        // pthread_create takes the stack cache's lock (and malloc's).
+        // pthread_create takes the stack cache's lock (and malloc's). The
+        // process runs meanwhile, so threads it creates are counted before.
         self.quiesce(self.worker)?;
+        let before = self.threads();
         let r = self.call_here(t.create, &[data + thread_at, 0, code, data])?;
         if r != 0 {
             return Err(Error::RemoteSyscall {
