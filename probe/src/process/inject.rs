@@ -403,18 +403,18 @@ const ALLOCATOR: &[&str] = &[
 impl Danger {
     fn new(pid: i32, mappings: &[Mapping]) -> Danger {
         let mut ranges = Vec::new();
-        let mut libc = Vec::new();
         for m in mappings.iter().filter(|m| m.perms.exec) {
             let base = m.name.rsplit('/').next().unwrap_or("");
             if base.starts_with("ld-linux") || base.starts_with("ld-2.") || base.starts_with("ld.so") {
                 ranges.push((m.start, m.end));
             }
-            if base.starts_with("libc.so") || base.starts_with("libc-2.") {
-                libc.push((m.start, m.end));
-            }
         }
-        if let Some(libc) = find_module(mappings, "libc.so")
-            && let Ok((elf, bias)) = open_module(pid, libc)
+        let module = find_module(mappings, "libc.so");
+        let libc = module.map_or_else(Vec::new, |l| {
+            mappings.iter().filter(|m| m.perms.exec && m.name == l.name).map(|m| (m.start, m.end)).collect()
+        });
+        if let Some(l) = module
+            && let Ok((elf, bias)) = open_module(pid, l)
         {
             for name in ALLOCATOR {
                 if let Ok(s) = elf.lookup_function(name) {
